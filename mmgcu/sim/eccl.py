@@ -1,0 +1,120 @@
+"""A simulated ECCL: a process group that runs each collective through gloo on host memory.
+
+Device tensors are unwrapped to their CPU data and reduced in place, so the card tensor
+sees the result. Like ECCL, it carries only card tensors: a CPU tensor gets a route only
+when the group was created with one (``cpu:gloo,gcu:eccl``).
+"""
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from .tensor import SimTensor
+
+
+def _done(result):
+    future = torch.futures.Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+class SimECCL(dist.ProcessGroup):
+    """ECCL for simulated cards, over a ``ProcessGroupGloo`` built from the same store."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._cpu_route = None
+
+    def getBackendName(self):
+        return "eccl"
+
+    def name(self):
+        return "eccl"
+
+    def _host(self, t):
+        if isinstance(t, SimTensor):
+            return t._data
+        if self._cpu_route is None:
+            config = dist.distributed_c10d._world.pg_backend_config.get(self, "")
+            self._cpu_route = "cpu:" in config
+        if not self._cpu_route:
+            raise RuntimeError(
+                f"ECCL carries only GCU tensors, got a tensor on {t.device}: create the "
+                "process group as 'cpu:gloo,gcu:eccl' to give CPU tensors a route"
+            )
+        return t
+
+    def _run(self, method, *args):
+        work = getattr(self._gloo, method)(*args)
+        work.wait()
+
+    def allreduce(self, tensors, opts):
+        self._run("allreduce", [self._host(t) for t in tensors], opts)
+        return _done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts):
+        self._run("allreduce_coalesced", [self._host(t) for t in tensors], opts)
+        return _done(tensors)
+
+    def broadcast(self, tensors, opts):
+        self._run("broadcast", [self._host(t) for t in tensors], opts)
+        return _done(tensors)
+
+    def reduce(self, tensors, opts):
+        self._run("reduce", [self._host(t) for t in tensors], opts)
+        return _done(tensors)
+
+    def allgather(self, output_lists, inputs, opts):
+        outs = [[self._host(t) for t in lst] for lst in output_lists]
+        self._run("allgather", outs, [self._host(t) for t in inputs], opts)
+        return _done(output_lists)
+
+    def _allgather_base(self, output, input, opts):
+        self._run("_allgather_base", self._host(output), self._host(input), opts)
+        return _done([output])
+
+    def gather(self, output_lists, inputs, opts):
+        outs = [[self._host(t) for t in lst] for lst in output_lists]
+        self._run("gather", outs, [self._host(t) for t in inputs], opts)
+        return _done(output_lists)
+
+    def scatter(self, outputs, input_lists, opts):
+        ins = [[self._host(t) for t in lst] for lst in input_lists]
+        self._run("scatter", [self._host(t) for t in outputs], ins, opts)
+        return _done(outputs)
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        ins = [[self._host(t) for t in lst] for lst in input_lists]
+        self._run("reduce_scatter", [self._host(t) for t in outputs], ins, opts)
+        return _done(outputs)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        self._run(
+            "alltoall_base",
+            self._host(output),
+            self._host(input),
+            output_split_sizes,
+            input_split_sizes,
+            opts,
+        )
+        return _done([output])
+
+    def barrier(self, opts):
+        self._run("barrier", opts)
+        return _done([])
+
+    def send(self, tensors, dst, tag):
+        self._run("send", [self._host(t) for t in tensors], dst, tag)
+        return _done(tensors)
+
+    def recv(self, tensors, src, tag):
+        self._run("recv", [self._host(t) for t in tensors], src, tag)
+        return _done(tensors)
+
+
+def register(device_type: str) -> None:
+    """Register ``eccl`` as a torch.distributed backend for the simulated device type."""
+    if "ECCL" in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend("eccl", SimECCL, devices=[device_type])

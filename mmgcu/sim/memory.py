@@ -1,0 +1,76 @@
+"""The memory and device-control functions both flavours expose, over the simulator's state."""
+
+import torch
+
+from . import state
+from .tensor import MEMORY
+
+
+def _card(device=None) -> int:
+    if device is None:
+        return state.current_card()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    return device.index if device.index is not None else state.current_card()
+
+
+def is_available() -> bool:
+    return state.cards > 0
+
+
+def device_count() -> int:
+    return state.cards
+
+
+def current_device() -> int:
+    return state.current_card()
+
+
+def set_device(device) -> None:
+    state.ext.set_device(state.check_card(_card(device)))
+
+
+def synchronize(device=None) -> None:
+    """Host memory is synchronous; nothing to wait for."""
+
+
+def memory_allocated(device=None) -> int:
+    return MEMORY.allocated.get(_card(device), 0)
+
+
+def max_memory_allocated(device=None) -> int:
+    return MEMORY.peak.get(_card(device), 0)
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    MEMORY.reset_peak(_card(device))
+
+
+def empty_cache() -> None:
+    """No caching allocator to drain: freed storages are released at once."""
+
+
+def mem_get_info(device=None):
+    total = 32 * 1024**3  # a T20 card has 32 GiB
+    return total - memory_allocated(device), total
+
+
+def memory_stats(device=None) -> dict:
+    return {
+        "allocated_bytes.all.current": memory_allocated(device),
+        "allocated_bytes.all.peak": max_memory_allocated(device),
+    }
+
+
+def get_device_name(device=None) -> str:
+    return f"T20 (simulated, card {_card(device)})"
+
+
+def manual_seed(seed: int) -> None:
+    # Simulated cards compute on the host, so their random numbers come from the CPU generator.
+    torch.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
