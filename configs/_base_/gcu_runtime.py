@@ -1,0 +1,28 @@
+# The one base an mmseg config inherits to train on GCU cards (Enflame T20 and newer).
+# It works with the stock tools/train.py: `--launcher pytorch` under torchrun or
+# tools/dist_train.sh. Inherit it after mmseg's default_runtime so these keys win.
+custom_imports = dict(imports=["mmgcu"], allow_failed_imports=False)
+runner_type = "GCURunner"
+
+env_cfg = dict(
+    # 'auto': torch_gcu 2.x, then 1.x, then CUDA, then CPU. 'gcu' refuses to run without one.
+    device="auto",
+    cudnn_benchmark=False,
+    mp_cfg=dict(mp_start_method="fork", opencv_num_threads=0),
+    # 'eccl' means the generation's backend: 'cpu:gloo,gcu:eccl' on torch_gcu 2.x,
+    # a gloo default group plus an ECCL group for card tensors on 1.x.
+    # timeout: seconds a collective may wait before the job fails.
+    dist_cfg=dict(backend="eccl", timeout=1800),
+)
+
+model_wrapper_cfg = dict(
+    type="GCUDistributedDataParallel",
+    # Buffers (BN statistics) are not re-broadcast each step: SyncBN or per-rank BN
+    # is the model's choice, and a broadcast per forward costs a collective.
+    broadcast_buffers=False,
+    # mmseg models use every parameter in the loss; finding unused ones costs a graph walk.
+    find_unused_parameters=False,
+)
+
+# Set False to drop the placement check (GCUDevicePlacementHook) that GCURunner adds.
+gcu_placement_check = True

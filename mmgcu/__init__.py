@@ -1,0 +1,27 @@
+"""mmgcu: stock OpenMMLab training on all cards of an Enflame GCU server.
+
+Importing mmgcu (``custom_imports=dict(imports=['mmgcu'])``) registers ``GCURunner``,
+``GCUDistributedDataParallel`` and the GCU hooks in mmengine's root registries. With
+``MMGCU_SIMULATE=<cards>`` set, it first installs the simulated torch_gcu (``mmgcu.sim``),
+before anything probes the device.
+"""
+
+from . import sim as _sim
+from .version import __version__
+
+if _sim.requested():
+    _sim.install()
+
+from .device import GCUError, get_backend  # noqa: E402
+from .hooks import GCUDevicePlacementHook  # noqa: E402
+from .model import GCUDistributedDataParallel  # noqa: E402
+from .runner import GCURunner  # noqa: E402
+
+__all__ = [
+    "GCUDevicePlacementHook",
+    "GCUDistributedDataParallel",
+    "GCUError",
+    "GCURunner",
+    "__version__",
+    "get_backend",
+]

@@ -1,0 +1,3 @@
+from .placement import GCUDevicePlacementHook
+
+__all__ = ["GCUDevicePlacementHook"]

@@ -1,0 +1,3 @@
+from .wrappers import GCUDistributedDataParallel
+
+__all__ = ["GCUDistributedDataParallel"]

@@ -1,0 +1,132 @@
+"""``GCURunner``: mmengine's Runner, placed on GCU cards.
+
+Selected by ``runner_type='GCURunner'`` (``configs/_base_/gcu_runtime.py`` sets it), so
+the stock ``tools/train.py`` of mmsegmentation runs unchanged. It replaces the two
+places where stock mmengine assumes CUDA: the distributed set-up (``setup_env``) and the
+model placement (``wrap_model``); everything else is mmengine's.
+"""
+
+import copy
+import logging
+
+import torch
+from mmengine.dist import is_distributed
+from mmengine.logging import print_log
+from mmengine.model import (
+    MMDistributedDataParallel,
+    convert_sync_batchnorm,
+    is_model_wrapper,
+    revert_sync_batchnorm,
+)
+from mmengine.registry import MODEL_WRAPPERS, RUNNERS
+from mmengine.runner import Runner
+
+from .device import get_backend
+from .dist import init_distributed
+from .hooks import GCUDevicePlacementHook
+from .model import GCUDistributedDataParallel
+
+# Wrapper types a stock or seed config names; on a GCU they mean GCUDistributedDataParallel.
+_STOCK_DDP = ("MMDistributedDataParallel", "DistributedDataParallel")
+
+
+def _has_sync_bn(model: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()) or any(
+        type(m).__name__ == "SyncBatchNorm" for m in model.modules()
+    )
+
+
+@RUNNERS.register_module()
+class GCURunner(Runner):
+    """A :class:`mmengine.runner.Runner` that trains on this rank's GCU card.
+
+    Config keys it reads besides mmengine's:
+
+    - ``env_cfg.device``: ``'auto'`` (default: torch_gcu 2.x, then 1.x, then CUDA, then
+      CPU), ``'gcu'`` (either GCU generation, or stop), ``'v2'``, ``'legacy'``,
+      ``'cuda'`` or ``'cpu'``.
+    - ``env_cfg.dist_cfg.backend``: left out, ``'eccl'`` or ``'nccl'`` all mean the
+      device's backend; ``'gloo'`` is refused on a GCU (it cannot carry card tensors).
+    - ``gcu_placement_check``: ``False`` to drop :class:`GCUDevicePlacementHook`.
+    """
+
+    def setup_env(self, env_cfg: dict) -> None:
+        """Choose the device, set this rank's card, then create the process group."""
+        self.device_backend = get_backend(env_cfg.get("device", "auto"))
+        backend = self.device_backend
+        if self.distributed and not is_distributed():
+            dist_cfg = dict(env_cfg.get("dist_cfg", {}))
+            self.card = init_distributed(
+                backend, self.launcher, dist_cfg.pop("backend", None), **dist_cfg
+            )
+        elif self.distributed:  # the caller created the group
+            self.card = backend.current_device()
+        else:
+            self.card = 0
+            backend.set_device(0)
+        if env_cfg.get("cudnn_benchmark") and backend.name != "cuda":
+            env_cfg = {k: v for k, v in env_cfg.items() if k != "cudnn_benchmark"}
+        # The rest is mmengine's: multiprocessing, timestamp broadcast, rlimit.
+        super().setup_env(env_cfg)
+
+    def _log_env(self, env_cfg: dict) -> None:
+        super()._log_env(env_cfg)
+        backend = self.device_backend
+        self.logger.info(
+            "mmgcu: rank %d of %d on %s (generation %s: %s), process group %s",
+            self.rank,
+            self.world_size,
+            backend.device(self.card),
+            backend.name,
+            backend.description,
+            torch.distributed.get_backend() if is_distributed() else "none",
+        )
+
+    def wrap_model(self, model_wrapper_cfg, model):
+        """Move the model to this rank's card, then wrap it for the card's DDP."""
+        if is_model_wrapper(model):
+            return super().wrap_model(model_wrapper_cfg, model)
+        backend = self.device_backend
+        model = model.to(backend.device(self.card))
+        if not self.distributed:
+            return revert_sync_batchnorm(model)
+
+        sync_bn = self.cfg.get("sync_bn", None)
+        if backend.supports_sync_bn:
+            if sync_bn is not None:
+                model = convert_sync_batchnorm(model, sync_bn)
+        elif sync_bn is not None or _has_sync_bn(model):
+            print_log(
+                f"SyncBatchNorm is reverted to BatchNorm on {backend.name}: "
+                f"{backend.sync_bn_reason}. Each rank normalises with its own batch.",
+                logger="current",
+                level=logging.WARNING,
+            )
+            model = revert_sync_batchnorm(model)
+
+        cfg = copy.deepcopy(model_wrapper_cfg) if model_wrapper_cfg else {}
+        if cfg.get("type", "GCUDistributedDataParallel") in _STOCK_DDP + (
+            MMDistributedDataParallel,
+            torch.nn.parallel.DistributedDataParallel,
+        ):
+            cfg["type"] = "GCUDistributedDataParallel"
+        cfg.setdefault("type", "GCUDistributedDataParallel")
+        wrapper = MODEL_WRAPPERS.get(cfg["type"])
+        if issubclass(wrapper, GCUDistributedDataParallel):
+            if model_wrapper_cfg is None:  # mmengine's defaults for a missing cfg
+                cfg.update(
+                    broadcast_buffers=False,
+                    find_unused_parameters=self.cfg.get("find_unused_parameters", False),
+                )
+        elif issubclass(wrapper, torch.nn.parallel.DistributedDataParallel):
+            for key, value in backend.ddp_device_kwargs(self.card).items():
+                cfg.setdefault(key, value)
+        return MODEL_WRAPPERS.build(cfg, default_args=dict(module=model))
+
+    def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
+        """mmengine's hooks, plus the placement check unless the config turns it off."""
+        super().register_hooks(default_hooks, custom_hooks)
+        if self.cfg.get("gcu_placement_check", True) and not any(
+            isinstance(h, GCUDevicePlacementHook) for h in self._hooks
+        ):
+            self.register_hook(GCUDevicePlacementHook())

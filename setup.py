@@ -1,0 +1,37 @@
+import os.path as osp
+
+from setuptools import find_packages, setup
+
+
+def read_requirements(name):
+    path = osp.join(osp.dirname(__file__), "requirements", name)
+    with open(path) as f:
+        lines = (line.split("#")[0].strip() for line in f)
+        return [line for line in lines if line]
+
+
+version = {}
+with open(osp.join(osp.dirname(__file__), "mmgcu", "version.py")) as f:
+    exec(f.read(), version)
+
+setup(
+    name="mmgcu",
+    version=version["__version__"],
+    description="Stock OpenMMLab (MMEngine/mmsegmentation) training on Enflame GCU cards",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["mmgcu", "mmgcu.*"]),
+    package_data={"mmgcu.sim": ["csrc/*.cpp"]},
+    python_requires=">=3.8",
+    install_requires=read_requirements("runtime.txt"),
+    extras_require={
+        "mmseg": read_requirements("optional.txt"),
+        "tests": read_requirements("tests.txt"),
+    },
+    entry_points={"console_scripts": ["mmgcu=mmgcu.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3.8",
+        "Programming Language :: Python :: 3.11",
+        "License :: OSI Approved :: Apache Software License",
+    ],
+)

@@ -1,0 +1,53 @@
+"""Shared helpers: the simulator installs once per process, so most tests run a fresh one."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def clean_env(**extra):
+    """This environment without simulator/launcher variables, plus ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MMGCU_", "TOPS_", "LOCAL_", "RANK", "WORLD_", "MASTER_"))
+    }
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_python(code, timeout=300, check=True, **env):
+    """Run ``code`` in a fresh interpreter with ``env`` added; return the CompletedProcess."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def last_json(stdout):
+    """The last line of ``stdout`` that is a JSON document (what a snippet printed)."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    raise AssertionError(f"no JSON line in:\n{stdout}")
+
+
+@pytest.fixture
+def python():
+    return run_python
