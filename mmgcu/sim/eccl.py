@@ -7,7 +7,7 @@ when the group was created with one (``cpu:gloo,gcu:eccl``).
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import AllreduceOptions, _create_work_from_future
 
 from .tensor import SimTensor
 
@@ -71,8 +71,23 @@ class SimECCL(dist.ProcessGroup):
         return _done(output_lists)
 
     def _allgather_base(self, output, input, opts):
-        self._run("_allgather_base", self._host(output), self._host(input), opts)
+        # Gloo has no flat all-gather: gather into views of the flat output instead.
+        chunks = list(self._host(output).view(-1).chunk(self.size()))
+        self._run("allgather", [chunks], [self._host(input).reshape(-1)], opts)
         return _done([output])
+
+    # torch >= 2.10 calls these "single" forms on the group from Python.
+    def all_gather_single(self, output, input, opts):
+        return self._allgather_base(output, input, opts)
+
+    def reduce_scatter_single(self, output, input, opts):
+        total = self._host(input).clone()
+        self._run("allreduce", [total], AllreduceOptions())
+        self._host(output).copy_(total.view(-1).chunk(self.size())[self.rank()].view_as(output))
+        return _done([output])
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
     def gather(self, output_lists, inputs, opts):
         outs = [[self._host(t) for t in lst] for lst in output_lists]

@@ -68,9 +68,12 @@ def get_device_name(device=None) -> str:
 
 
 def manual_seed(seed: int) -> None:
-    # Simulated cards compute on the host, so their random numbers come from the CPU generator.
-    torch.manual_seed(seed)
+    manual_seed_all(seed)
 
 
 def manual_seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
+    # Simulated cards compute on the host, so their random numbers come from the CPU
+    # generator. Not torch.manual_seed: it calls this function (torch.gcu.manual_seed_all).
+    torch.default_generator.manual_seed(int(seed))
+    for card in range(state.cards):
+        state.ext.manual_seed(card, int(seed))

@@ -14,6 +14,8 @@ from typing import Dict, List, Optional
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from .kernels import HOST_KERNELS
+
 aten = torch.ops.aten
 
 # Ops that legally mix devices: copies, and device moves.
@@ -121,7 +123,7 @@ class SimTensor(torch.Tensor):
         kwargs = kwargs or {}
         device = _common_device(func, args, kwargs)
         if func is aten._to_copy.default:
-            return _to_copy(args[0], device, **kwargs)
+            return _to_copy(args[0], device, kwargs)
         if func is aten.copy_.default:
             dst, src = args[0], args[1]
             _unwrap(dst).copy_(_unwrap(src), **kwargs)
@@ -134,7 +136,8 @@ class SimTensor(torch.Tensor):
                 return t._data
             return t
 
-        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        kernel = HOST_KERNELS.get(func, func)
+        out = kernel(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
 
         def rewrap(t):
             if isinstance(t, torch.Tensor) and not isinstance(t, SimTensor):
@@ -149,7 +152,8 @@ def _unwrap(t):
     return t._data if isinstance(t, SimTensor) else t
 
 
-def _to_copy(src, device: torch.device, **kwargs):
+def _to_copy(src, device: torch.device, kwargs):
+    kwargs = dict(kwargs)
     target = kwargs.pop("device", None)
     target = device if target is None else torch.device(target)
     data = _unwrap(src)

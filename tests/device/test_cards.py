@@ -1,0 +1,179 @@
+"""Counting cards from TOPS_VISIBLE_DEVICES, the simulator and efsmi, without a card."""
+
+import subprocess
+from unittest import mock
+
+import pytest
+
+from mmgcu.device import cards
+
+EFSMI_CLASSIC = """\
+--------------------------------------------------------------------------------
+--------------------- Enflame System Management Interface ----------------------
+--------------------------------------------------------------------------------
+
+*******************************************************************************
+* EFSMI   V1.6.0                             Driver Ver: 1.6.0                *
+*******************************************************************************
+*-----------------------------------------------------------------------------*
+* DEV    NAME                | FW VER          | BUS-ID      ECC              *
+* TEMP   Lpm   Pwr(Usage/Cap)| Mem    DEV-Util | vGCU    SN                   *
+*-----------------------------------------------------------------------------*
+* 0      T20                 | 10.19.3         | 00:3d:0.0  Enable        *
+* 30C    Sleep   48.0W  300W | 32G      Disable|   0.0%     W28001210504  *
+*-----------------------------------------------------------------------------*
+* 1      T20                 | 10.19.3         | 00:3e:0.0  Enable        *
+* 31C    Sleep   47.0W  300W | 32G      Disable|   0.0%     W28001210505  *
+*-----------------------------------------------------------------------------*
+"""
+
+EFSMI_TABLE = """\
++-----------------------------------------------------+
+| DEV  NAME   | FW VER  | BUS-ID    | ECC    |
+| TEMP Lpm    | Mem     | DEV-Util  | SN     |
+|=====================================================|
+| 0    T20    | 10.19.3 | 00:3d:0.0 | Enable |
+| 35C  Sleep  | 32G     | 0.0%      | W2800  |
+| 1    T20    | 10.19.3 | 00:3e:0.0 | Enable |
+| 36C  Sleep  | 32G     | 0.0%      | W2801  |
+| 2    S60    | 1.2.0   | 00:3f:0.0 | Enable |
+| 37C  Sleep  | 48G     | 0.0%      | W2802  |
++-----------------------------------------------------+
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    monkeypatch.delenv(cards.VISIBLE_ENV, raising=False)
+    monkeypatch.delenv("MMGCU_SIMULATE", raising=False)
+
+
+@pytest.fixture
+def no_efsmi(monkeypatch):
+    which = mock.Mock(return_value=None)
+    monkeypatch.setattr(cards.shutil, "which", which)
+    return which
+
+
+@pytest.fixture
+def efsmi(monkeypatch):
+    """An installed efsmi; set ``.return_value`` / ``.side_effect`` of the returned run."""
+    monkeypatch.setattr(cards.shutil, "which", lambda name: f"/usr/bin/{name}")
+    run = mock.Mock(return_value=subprocess.CompletedProcess(["efsmi"], 0, EFSMI_CLASSIC, ""))
+    monkeypatch.setattr(cards.subprocess, "run", run)
+    return run
+
+
+# -- TOPS_VISIBLE_DEVICES -------------------------------------------------------
+
+
+def test_visible_devices_unset():
+    assert cards.visible_devices() is None
+
+
+@pytest.mark.parametrize(
+    "value, ids",
+    [
+        ("0,1,2", ["0", "1", "2"]),
+        (" 3 , 5 ", ["3", "5"]),
+        ("GCU-2f1a,DRS-0b3c", ["GCU-2f1a", "DRS-0b3c"]),
+        ("0,,1,", ["0", "1"]),
+        ("", []),
+    ],
+)
+def test_visible_devices_parsing(monkeypatch, value, ids):
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", value)
+    assert cards.visible_devices() == ids
+
+
+def test_count_from_visible_devices_skips_efsmi(monkeypatch, no_efsmi):
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "GCU-a,GCU-b,DRS-c")
+    assert cards.count_cards() == (3, "TOPS_VISIBLE_DEVICES=GCU-a,GCU-b,DRS-c")
+    no_efsmi.assert_not_called()
+
+
+def test_empty_visible_devices_means_no_cards(monkeypatch, efsmi):
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "")
+    assert cards.count_cards()[0] == 0
+    efsmi.assert_not_called()
+
+
+@pytest.mark.parametrize("visible, simulated, count", [("0,1,2,3", "2", 2), ("0,1", "8", 2)])
+def test_simulator_caps_visible_devices(monkeypatch, visible, simulated, count):
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", visible)
+    monkeypatch.setenv("MMGCU_SIMULATE", simulated)
+    assert cards.count_cards() == (count, f"TOPS_VISIBLE_DEVICES={visible}")
+
+
+def test_simulator_alone(monkeypatch, efsmi):
+    monkeypatch.setenv("MMGCU_SIMULATE", "4")
+    assert cards.count_cards() == (4, "MMGCU_SIMULATE=4 (simulated cards)")
+    efsmi.assert_not_called()
+
+
+# -- efsmi ----------------------------------------------------------------------
+
+
+def test_parse_classic_counts_only_the_first_line_of_each_card():
+    assert cards.parse_efsmi(EFSMI_CLASSIC) == [(0, "T20"), (1, "T20")]
+
+
+def test_classic_temperature_line_is_not_a_card():
+    line = "* 30C    Sleep   48.0W  300W | 32G      Disable|   0.0%     W28001210504  *"
+    assert cards.parse_efsmi(line) == []
+
+
+def test_parse_pipe_table():
+    assert cards.parse_efsmi(EFSMI_TABLE) == [(0, "T20"), (1, "T20"), (2, "S60")]
+
+
+def test_pipe_table_temperature_line_is_not_a_card():
+    assert cards.parse_efsmi("| 35C  Sleep  | 32G     | 0.0%      | W2800  |") == []
+
+
+def test_parse_sorts_by_index_and_keeps_the_first_name():
+    text = "\n".join(f"| {i}    T20    | 10.19.3 |" for i in (10, 2, 0))
+    text += "\n| 2    S60    | 1.2.0 |"
+    assert cards.parse_efsmi(text) == [(0, "T20"), (2, "T20"), (10, "T20")]
+
+
+def test_parse_nothing():
+    assert cards.parse_efsmi("") == []
+    assert cards.parse_efsmi("efsmi: no device found") == []
+
+
+def test_efsmi_missing(no_efsmi):
+    assert cards.efsmi_cards() is None
+    no_efsmi.assert_called_once_with("efsmi")
+    assert cards.count_cards() == (0, "no TOPS_VISIBLE_DEVICES, no simulator, no efsmi")
+
+
+def test_efsmi_runs_with_a_timeout(efsmi):
+    assert cards.efsmi_cards(timeout=3) == [(0, "T20"), (1, "T20")]
+    efsmi.assert_called_once_with(["/usr/bin/efsmi"], capture_output=True, text=True, timeout=3)
+
+
+def test_count_from_efsmi(efsmi):
+    efsmi.return_value = subprocess.CompletedProcess(["efsmi"], 0, EFSMI_TABLE, "")
+    assert cards.count_cards() == (3, "efsmi")
+
+
+def test_efsmi_failing(efsmi):
+    efsmi.return_value = subprocess.CompletedProcess(["efsmi"], 1, EFSMI_CLASSIC, "no driver")
+    assert cards.efsmi_cards() is None
+    assert cards.count_cards()[0] == 0
+
+
+@pytest.mark.parametrize(
+    "error", [OSError("exec format error"), subprocess.TimeoutExpired("efsmi", 10)]
+)
+def test_efsmi_not_running_or_timing_out(efsmi, error):
+    efsmi.side_effect = error
+    assert cards.efsmi_cards() is None
+    assert cards.count_cards()[0] == 0
+
+
+def test_main_prints_the_count(monkeypatch, capsys):
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "0,1,2,3,4")
+    cards.main()
+    assert capsys.readouterr().out == "5\n"
