@@ -63,8 +63,9 @@ def local_world_size(launcher: str) -> Optional[int]:
 def resolve_backend(requested: Optional[str], backend: DeviceBackend) -> str:
     """The ``init_process_group`` backend for a ``dist_cfg.backend`` on this device.
 
-    ``nccl`` (mmseg's default_runtime) and ``eccl`` mean "the device's backend"; ``gloo``
-    cannot carry card tensors, so on a GCU it is refused rather than run on the CPU.
+    ``nccl`` (mmseg's default_runtime) and ``eccl`` mean "the device's backend". ``gloo``
+    cannot carry card tensors: where the default group must carry them (torch_gcu 2.x) it
+    is refused; where card tensors have their own ECCL group (1.x) it is what mmgcu uses.
     """
     if requested in (None, "", "auto", "nccl", "eccl"):
         if requested == "eccl" and not backend.is_gcu:
@@ -72,7 +73,7 @@ def resolve_backend(requested: Optional[str], backend: DeviceBackend) -> str:
                 f"env_cfg.dist_cfg.backend='eccl' but no GCU was found ({backend.description})"
             )
         return backend.default_group_backend
-    if backend.is_gcu and requested == "gloo":
+    if backend.is_gcu and requested == "gloo" and backend.device_group_backend is None:
         raise GCUError(
             "env_cfg.dist_cfg.backend='gloo' cannot carry GCU tensors: gradients would "
             "not be synchronised on the cards. Remove dist_cfg.backend (mmgcu picks "
@@ -81,7 +82,19 @@ def resolve_backend(requested: Optional[str], backend: DeviceBackend) -> str:
     return requested
 
 
+def _require(launcher: str, names) -> None:
+    missing = [n for n in names if n not in os.environ]
+    if missing:
+        how = {"slurm": "srun", "mpi": "mpirun"}[launcher]
+        raise GCUError(
+            f"--launcher {launcher} but {', '.join(missing)} is not set: start the job "
+            f"with {how} (tools/slurm_train.sh for slurm), or use --launcher pytorch "
+            "under torchrun."
+        )
+
+
 def _set_slurm_env(port: Optional[int]) -> None:
+    _require("slurm", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODELIST"))
     os.environ["RANK"] = os.environ["SLURM_PROCID"]
     os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
     os.environ.setdefault("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
@@ -96,6 +109,7 @@ def _set_slurm_env(port: Optional[int]) -> None:
 
 
 def _set_mpi_env(port: Optional[int]) -> None:
+    _require("mpi", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"))
     os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
     os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
     os.environ["LOCAL_RANK"] = os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
@@ -115,11 +129,17 @@ def select_card(backend: DeviceBackend, launcher: str) -> int:
     rank = local_rank(launcher)
     cards = backend.device_count()
     ranks_here = local_world_size(launcher)
+    kind = "GCU card(s)" if backend.is_gcu else f"{backend.device_type} device(s)"
     where = f"{cards} {backend.device_type} card(s) visible ({backend.description})"
+    if cards == 0:
+        raise GCUError(
+            f"no card is visible to local rank {rank}: {where}. Check "
+            "TOPS_VISIBLE_DEVICES and that the driver sees the cards (efsmi)."
+        )
     if ranks_here is not None and ranks_here > cards:
         raise GCUError(
             f"{ranks_here} ranks were launched on this node but it has only {cards} "
-            f"GCU card(s): {where}. Launch at most {cards} processes per node "
+            f"{kind}: {where}. Launch at most {cards} processes per node "
             f"(torchrun --nproc_per_node={cards}, or tools/dist_train.sh CONFIG {cards}), "
             "or make more cards visible with TOPS_VISIBLE_DEVICES."
         )

@@ -1,7 +1,7 @@
 """A simulated torch_gcu, so mmgcu can be proven without a T20.
 
-Cards are a distinct device type backed by host memory (see ``tensor.py``), so wrong
-device placement fails here as it does on hardware. Activated by ``MMGCU_SIMULATE=<cards>``
+Cards are a real PyTorch device type backed by host memory (``csrc/gcu_sim.cpp``), so
+wrong device placement fails here as it does on hardware. Activated by ``MMGCU_SIMULATE=<cards>``
 (and ``MMGCU_SIMULATE_API=v2|legacy``) before ``import mmgcu``; it fakes only torch_gcu.
 """
 

@@ -1,7 +1,7 @@
 """A simulated ECCL: a process group that runs each collective through gloo on host memory.
 
-Device tensors are unwrapped to their CPU data and reduced in place, so the card tensor
-sees the result. Like ECCL, it carries only card tensors: a CPU tensor gets a route only
+A card tensor is handed to gloo as a CPU alias of its host memory, so the collective
+writes the card tensor in place. Like ECCL, it carries only card tensors: a CPU tensor gets a route only
 when the group was created with one (``cpu:gloo,gcu:eccl``).
 """
 
@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllreduceOptions, _create_work_from_future
 
-from .tensor import SimTensor
+from . import state
 
 
 def _done(result):
@@ -33,8 +33,8 @@ class SimECCL(dist.ProcessGroup):
         return "eccl"
 
     def _host(self, t):
-        if isinstance(t, SimTensor):
-            return t._data
+        if t.device.type == state.device_type:
+            return state.ext.host_alias(t)  # the card's host memory, reduced in place
         if self._cpu_route is None:
             config = dist.distributed_c10d._world.pg_backend_config.get(self, "")
             self._cpu_route = "cpu:" in config

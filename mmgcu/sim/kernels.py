@@ -1,14 +1,11 @@
-"""Host versions of card kernels that PyTorch's CPU build lacks.
+"""Card kernels that PyTorch's CPU build lacks, written with ordinary ops.
 
 torch_gcu 2.x provides SyncBatchNorm's kernels for ``gcu`` tensors; the CPU build of
-PyTorch has them only for CUDA. These compute the same statistics on the host data of a
-simulated card, so SyncBN really exchanges them over the (simulated) ECCL.
+PyTorch has them only for CUDA, so the CPU fallback cannot run them. These compute the
+same statistics on the card, so SyncBN really exchanges them over the (simulated) ECCL.
 """
 
 import torch
-
-aten = torch.ops.aten
-
 
 def _dims(x):
     return [0] + list(range(2, x.dim()))
@@ -55,8 +52,8 @@ def batch_norm_backward_reduce(dy, x, mean, invstd, weight, input_g, weight_g, b
     xmu = x.float() - _channel(mean, x)
     sum_dy = dyf.sum(_dims(x))
     sum_dy_xmu = (dyf * xmu).sum(_dims(x))
-    grad_weight = sum_dy_xmu * invstd if weight_g else torch.empty(0)
-    grad_bias = sum_dy if bias_g else torch.empty(0)
+    grad_weight = sum_dy_xmu * invstd if weight_g else x.new_empty(0)
+    grad_bias = sum_dy if bias_g else x.new_empty(0)
     if weight is not None:
         grad_weight = grad_weight.to(weight.dtype)
         grad_bias = grad_bias.to(weight.dtype)
@@ -76,10 +73,19 @@ def batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, c
     return grad.to(x.dtype)
 
 
-HOST_KERNELS = {
-    aten.batch_norm_stats.default: batch_norm_stats,
-    aten.batch_norm_gather_stats_with_counts.default: batch_norm_gather_stats_with_counts,
-    aten.batch_norm_elemt.default: batch_norm_elemt,
-    aten.batch_norm_backward_reduce.default: batch_norm_backward_reduce,
-    aten.batch_norm_backward_elemt.default: batch_norm_backward_elemt,
+_KERNELS = {
+    "batch_norm_stats": batch_norm_stats,
+    "batch_norm_gather_stats_with_counts": batch_norm_gather_stats_with_counts,
+    "batch_norm_elemt": batch_norm_elemt,
+    "batch_norm_backward_reduce": batch_norm_backward_reduce,
+    "batch_norm_backward_elemt": batch_norm_backward_elemt,
 }
+_LIBRARIES = []
+
+
+def register(dispatch_key: str) -> None:
+    """Register these kernels for one device's dispatch key ('PrivateUse1' or 'XLA')."""
+    lib = torch.library.Library("aten", "IMPL")
+    for name, fn in _KERNELS.items():
+        lib.impl(name, fn, dispatch_key)
+    _LIBRARIES.append(lib)  # a Library unregisters its kernels when collected

@@ -11,7 +11,7 @@ import types
 import torch
 import torch.distributed as dist
 
-from . import eccl, memory, state, tensor
+from . import eccl, kernels, memory, state
 
 
 class JitRunMode(enum.Enum):
@@ -82,9 +82,26 @@ def _distributed_module() -> types.ModuleType:
     return mod
 
 
+def _register_serialization() -> None:
+    # Like torch_xla: name xla storages 'xla:N' in checkpoints. map_location='cpu' then
+    # loads them anywhere, this package or not.
+    def tag(storage):
+        if storage.device.type == "xla":
+            return f"xla:{storage.device.index}"
+        return None
+
+    def restore(storage, location):
+        if location.startswith("xla"):
+            return storage.to(torch.device(location))
+        return None
+
+    torch.serialization.register_package(99, tag, restore)
+
+
 def build() -> types.ModuleType:
     """Install the legacy flavour in this process and return the ``torch_gcu`` module."""
-    tensor.register_kernels("XLA")
+    kernels.register("XLA")
+    _register_serialization()
     eccl.register("xla")
 
     mod = types.ModuleType("torch_gcu")

@@ -1,9 +1,8 @@
-"""The memory and device-control functions both flavours expose, over the simulator's state."""
+"""The device functions both flavours expose, over the native part's counters and state."""
 
 import torch
 
 from . import state
-from .tensor import MEMORY
 
 
 def _card(device=None) -> int:
@@ -36,19 +35,19 @@ def synchronize(device=None) -> None:
 
 
 def memory_allocated(device=None) -> int:
-    return MEMORY.allocated.get(_card(device), 0)
+    return state.ext.memory_allocated(_card(device))
 
 
 def max_memory_allocated(device=None) -> int:
-    return MEMORY.peak.get(_card(device), 0)
+    return state.ext.max_memory_allocated(_card(device))
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    MEMORY.reset_peak(_card(device))
+    state.ext.reset_peak(_card(device))
 
 
 def empty_cache() -> None:
-    """No caching allocator to drain: freed storages are released at once."""
+    """No caching allocator to drain: freed card memory is released at once."""
 
 
 def mem_get_info(device=None):
@@ -72,8 +71,8 @@ def manual_seed(seed: int) -> None:
 
 
 def manual_seed_all(seed: int) -> None:
-    # Simulated cards compute on the host, so their random numbers come from the CPU
-    # generator. Not torch.manual_seed: it calls this function (torch.gcu.manual_seed_all).
+    # Card ops run on the host, so their random numbers come from the CPU generator. Not
+    # torch.manual_seed: it calls this very function (torch.gcu.manual_seed_all).
     torch.default_generator.manual_seed(int(seed))
     for card in range(state.cards):
         state.ext.manual_seed(card, int(seed))

@@ -5,7 +5,7 @@ import types
 
 import torch
 
-from . import eccl, memory, tensor
+from . import eccl, kernels, memory
 
 _MEMORY_API = (
     "is_available device_count current_device set_device synchronize memory_allocated "
@@ -32,7 +32,7 @@ def _amp_module() -> types.ModuleType:
 def build() -> types.ModuleType:
     """Install the v2 flavour in this process and return the ``torch_gcu`` module."""
     torch.utils.rename_privateuse1_backend("gcu")
-    tensor.register_kernels("PrivateUse1")
+    kernels.register("PrivateUse1")
 
     gcu = types.ModuleType("torch_gcu.gcu")
     for name in _MEMORY_API:

@@ -96,16 +96,9 @@ def test_gloo_on_a_gcu_is_refused(v2_backend):
     assert "'cpu:gloo,gcu:eccl'" in str(err.value)  # what mmgcu would pick instead
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: on legacy default_group_backend is 'gloo', so refusing dist_cfg.backend="
-    "'gloo' tells the user to remove it because 'mmgcu picks 'gloo''",
-)
-def test_gloo_refusal_on_legacy_does_not_recommend_gloo(legacy_backend):
-    try:
-        assert mdist.resolve_backend("gloo", legacy_backend) == "gloo"
-    except GCUError as err:
-        assert "picks 'gloo'" not in str(err)
+def test_gloo_on_legacy_is_the_default_group_it_uses(legacy_backend):
+    # Card tensors have their own ECCL group on 1.x, so a gloo default group is right.
+    assert mdist.resolve_backend("gloo", legacy_backend) == "gloo"
 
 
 def test_gloo_off_a_gcu_passes():
@@ -222,14 +215,12 @@ def test_local_rank_without_a_card(monkeypatch, rank):
     backend.set_device.assert_not_called()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="BUG (message): with 0 visible cards it says 'local ranks must be 0..-1'"
-)
 def test_no_visible_cards_message_is_sensible(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")
     with pytest.raises(GCUError) as err:
         mdist.select_card(fake_backend(cards=0), "pytorch")
     assert "0..-1" not in str(err.value)
+    assert "no card is visible to local rank 0" in str(err.value)
 
 
 def test_unknown_launcher_is_refused_before_reading_the_environment():
@@ -325,3 +316,19 @@ def test_mpi_environment(monkeypatch, new_group):
         "3",
     )
     assert os.environ["MASTER_PORT"] == "29700" and os.environ["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_mpi_keeps_a_given_master(monkeypatch, new_group):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.2")
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    mdist.init_distributed(fake_backend(), "mpi")
+    assert os.environ["MASTER_ADDR"] == "10.0.0.2" and os.environ["MASTER_PORT"] == "1234"
+
+
+@pytest.mark.parametrize("launcher", ["mpi", "slurm"])
+def test_init_distributed_outside_the_launcher_is_a_gcu_error(new_group, launcher):
+    with pytest.raises(GCUError, match=f"--launcher {launcher}"):
+        mdist.init_distributed(fake_backend(), launcher)

@@ -11,26 +11,36 @@ from mmgcu.device import DeviceBackend, GCUError
 from mmgcu.device.fallback import CpuBackend, CudaBackend
 
 # (backend method, its arguments, the torch.cuda function it must call with them)
-CUDA_CALLS = [
+CUDA_QUERIES = [
     ("is_available", (), "is_available"),
     ("device_count", (), "device_count"),
     ("current_device", (), "current_device"),
-    ("set_device", (2,), "set_device"),
     ("device_name", (1,), "get_device_name"),
-    ("synchronize", (), "synchronize"),
     ("memory_allocated", (1,), "memory_allocated"),
     ("max_memory_allocated", (None,), "max_memory_allocated"),
+]
+CUDA_ACTIONS = [
+    ("set_device", (2,), "set_device"),
+    ("synchronize", (), "synchronize"),
     ("reset_peak_memory_stats", (3,), "reset_peak_memory_stats"),
     ("empty_cache", (), "empty_cache"),
     ("manual_seed_all", (7,), "manual_seed_all"),
 ]
 
 
-@pytest.mark.parametrize("method, args, cuda_fn", CUDA_CALLS)
-def test_cuda_delegates_to_torch_cuda(monkeypatch, method, args, cuda_fn):
+@pytest.mark.parametrize("method, args, cuda_fn", CUDA_QUERIES)
+def test_cuda_answers_from_torch_cuda(monkeypatch, method, args, cuda_fn):
     fn = mock.Mock()
     monkeypatch.setattr(torch.cuda, cuda_fn, fn)
     assert getattr(CudaBackend(), method)(*args) is fn.return_value
+    fn.assert_called_once_with(*args)
+
+
+@pytest.mark.parametrize("method, args, cuda_fn", CUDA_ACTIONS)
+def test_cuda_acts_through_torch_cuda(monkeypatch, method, args, cuda_fn):
+    fn = mock.Mock()
+    monkeypatch.setattr(torch.cuda, cuda_fn, fn)
+    getattr(CudaBackend(), method)(*args)
     fn.assert_called_once_with(*args)
 
 

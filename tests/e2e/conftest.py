@@ -1,0 +1,103 @@
+"""Helpers for the multi-process runs: real torchrun, stock mmseg tools, simulated cards."""
+
+import glob
+import json
+import os.path as osp
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, clean_env
+
+TINY = osp.join(REPO, "configs", "tiny", "fcn_r18-tiny_8xgcu_synthetic-64x64.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mmseg_tool(name: str) -> str:
+    """The stock script shipped in the mmseg wheel (mmseg/.mim/tools/NAME)."""
+    import mmseg
+
+    path = osp.join(osp.dirname(mmseg.__file__), ".mim", "tools", name)
+    assert osp.exists(path), path
+    return path
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory):
+    """The synthetic dataset, written once per session by the project's own tool."""
+    root = str(tmp_path_factory.mktemp("data") / "synthetic")
+    subprocess.run(
+        [sys.executable, osp.join(REPO, "tools", "make_synthetic_dataset.py"), root],
+        check=True,
+        capture_output=True,
+    )
+    return root
+
+
+def write_config(path, dataset_root, base=TINY, **overrides) -> str:
+    """A config inheriting ``base`` on ``dataset_root``, with the probe hook added."""
+    lines = [
+        f"_base_ = [{base!r}]",
+        f"data_root = {dataset_root!r}",
+        "train_dataloader = dict(dataset=dict(data_root=data_root))",
+        "val_dataloader = dict(dataset=dict(data_root=data_root))",
+        "test_dataloader = val_dataloader",
+        "custom_imports = dict(imports=['mmgcu', 'tests.e2e.probe'], allow_failed_imports=False)",
+        "custom_hooks = [dict(type='ProbeHook')]",
+    ]
+    lines += [f"{k} = {v!r}" for k, v in overrides.items()]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return str(path)
+
+
+def torchrun(args, nproc, cards, api="v2", timeout=600, extra_env=None, nnodes=None,
+             node_rank=None, port=None):
+    """Start ``torchrun`` over stock tools/train.py-style args; return the Popen."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
+    if nnodes is None:
+        cmd += ["--standalone"]
+    else:
+        cmd += [
+            f"--nnodes={nnodes}",
+            f"--node_rank={node_rank}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+        ]
+    env = clean_env(MMGCU_SIMULATE=cards, MMGCU_SIMULATE_API=api, OMP_NUM_THREADS=1,
+                    **(extra_env or {}))
+    return subprocess.Popen(
+        cmd + list(args),
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(proc, timeout=600):
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def probes(work_dir):
+    reports = {}
+    for path in glob.glob(osp.join(work_dir, "probe_rank*.json")):
+        with open(path) as f:
+            r = json.load(f)
+        reports[r["rank"]] = r
+    return reports
+
+
+def checkpoints(work_dir):
+    return sorted(osp.basename(p) for p in glob.glob(osp.join(work_dir, "*.pth")))
+
+

@@ -1,0 +1,50 @@
+"""A hook the end-to-end configs import, so each rank reports what it trained on.
+
+After training, every rank writes ``probe_rank{R}.json`` in the work dir: where each
+parameter and buffer lives, the wrapper's classes, and a checksum of its weights.
+"""
+
+import json
+import os
+import os.path as osp
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class ProbeHook(Hook):
+    priority = "LOWEST"
+
+    def __init__(self):
+        self.batch_devices = set()
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        for value in (outputs or {}).values():
+            if isinstance(value, torch.Tensor):
+                self.batch_devices.add(str(value.device))
+
+    def after_train(self, runner):
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        params = {str(p.device) for p in model.parameters()}
+        buffers = {str(b.device) for b in model.buffers()}
+        checksum = sum(
+            float(t.detach().cpu().double().abs().sum()) for t in model.state_dict().values()
+            if t.is_floating_point()
+        )
+        report = dict(
+            rank=runner.rank,
+            local_rank=int(os.environ.get("LOCAL_RANK", "-1")),
+            world_size=runner.world_size,
+            param_devices=sorted(params),
+            buffer_devices=sorted(buffers),
+            loss_devices=sorted(self.batch_devices),
+            wrapper_mro=[c.__name__ for c in type(runner.model).__mro__],
+            optim_wrapper=[c.__name__ for c in type(runner.optim_wrapper).__mro__],
+            checksum=checksum,
+            iter=runner.iter,
+        )
+        with open(osp.join(runner.work_dir, f"probe_rank{runner.rank}.json"), "w") as f:
+            json.dump(report, f)

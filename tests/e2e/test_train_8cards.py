@@ -1,0 +1,112 @@
+"""Stock mmseg tools/train.py, --launcher pytorch, on simulated cards, unchanged."""
+
+import os.path as osp
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, clean_env
+from tests.e2e.conftest import (
+    checkpoints,
+    finish,
+    free_port,
+    mmseg_tool,
+    probes,
+    torchrun,
+    write_config,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def assert_trained_on_own_cards(work_dir, world, device_type, out):
+    reports = probes(work_dir)
+    assert sorted(reports) == list(range(world)), out[-3000:]
+    for rank, r in reports.items():
+        card = f"{device_type}:{r['local_rank']}"
+        assert r["world_size"] == world
+        assert r["param_devices"] == [card], (rank, r)
+        assert r["buffer_devices"] == [card], (rank, r)
+        assert r["loss_devices"] == [card], (rank, r)
+        assert "DistributedDataParallel" in r["wrapper_mro"]
+        assert r["wrapper_mro"][0] == "GCUDistributedDataParallel"
+        assert r["iter"] == 4
+    sums = {round(r["checksum"], 4) for r in reports.values()}
+    assert len(sums) == 1, f"ranks ended with different weights: {sums}"
+    assert checkpoints(work_dir) == ["iter_4.pth"]
+    assert "mIoU" in out
+
+
+@pytest.mark.parametrize("api,device_type", [("v2", "gcu"), ("legacy", "xla")])
+def test_stock_train_on_8_cards(api, device_type, dataset, tmp_path):
+    cfg = write_config(tmp_path / "cfg.py", dataset)
+    work = str(tmp_path / "work")
+    started = time.time()
+    proc = torchrun(
+        [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work],
+        nproc=8,
+        cards=8,
+        api=api,
+    )
+    code, out = finish(proc)
+    print(f"8-rank {api} run: {time.time() - started:.1f} s")
+    assert code == 0, out[-5000:]
+    assert_trained_on_own_cards(work, 8, device_type, out)
+    for rank in range(8):
+        assert f"rank {rank} on " in out and f"{device_type}:{rank} (card {rank} of 8)" in out
+
+
+def test_two_nodes_of_four_cards(dataset, tmp_path):
+    cfg = write_config(tmp_path / "cfg.py", dataset)
+    work = str(tmp_path / "work")
+    port = free_port()
+    args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work]
+    nodes = [
+        torchrun(args, nproc=4, cards=4, nnodes=2, node_rank=n, port=port) for n in (0, 1)
+    ]
+    results = [finish(p) for p in nodes]
+    out = "\n".join(o for _, o in results)
+    assert [c for c, _ in results] == [0, 0], out[-5000:]
+    assert_trained_on_own_cards(work, 8, "gcu", out)
+    reports = probes(work)
+    assert sorted(r["local_rank"] for r in reports.values()) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_nine_ranks_on_eight_cards_fail_fast(dataset, tmp_path):
+    cfg = write_config(tmp_path / "cfg.py", dataset)
+    started = time.time()
+    proc = torchrun(
+        [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", str(tmp_path)],
+        nproc=9,
+        cards=8,
+    )
+    code, out = finish(proc, timeout=300)
+    elapsed = time.time() - started
+    assert code != 0
+    assert "9 ranks were launched on this node but it has only 8 GCU card(s)" in out
+    assert "--nproc_per_node=8" in out
+    assert elapsed < 120, f"took {elapsed:.0f} s to fail"
+
+
+def test_single_process_uses_card_0_and_warns(dataset, tmp_path):
+    import subprocess
+
+    cfg = write_config(tmp_path / "cfg.py", dataset)
+    work = str(tmp_path / "work")
+    proc = subprocess.run(
+        [sys.executable, mmseg_tool("train.py"), cfg, "--work-dir", work],
+        env=clean_env(MMGCU_SIMULATE=8, OMP_NUM_THREADS=1),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "using 1 of 8 GCUs" in out
+    assert "--nproc_per_node=8" in out
+    r = probes(work)[0]
+    assert r["param_devices"] == ["gcu:0"] and r["buffer_devices"] == ["gcu:0"]
+    assert "DistributedDataParallel" not in r["wrapper_mro"]
+    assert osp.exists(osp.join(work, "iter_4.pth"))
