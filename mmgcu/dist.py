@@ -94,7 +94,7 @@ def _require(launcher: str, names) -> None:
 
 
 def _set_slurm_env(port: Optional[int]) -> None:
-    _require("slurm", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODELIST"))
+    _require("slurm", ("SLURM_PROCID", "SLURM_NTASKS"))
     os.environ["RANK"] = os.environ["SLURM_PROCID"]
     os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
     os.environ.setdefault("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
@@ -102,6 +102,7 @@ def _set_slurm_env(port: Optional[int]) -> None:
         os.environ["MASTER_PORT"] = str(port)
     os.environ.setdefault("MASTER_PORT", "29500")
     if "MASTER_ADDR" not in os.environ:
+        _require("slurm", ("SLURM_NODELIST",))
         nodes = os.environ["SLURM_NODELIST"]
         os.environ["MASTER_ADDR"] = subprocess.getoutput(
             f"scontrol show hostname {nodes} | head -n1"
