@@ -429,6 +429,48 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
 }
 
+// Convolution: PyTorch routes backends it does not know to these two "overrideable" ops,
+// which every out-of-tree backend implements; here they run the CPU kernels on host memory.
+static void expect_same_device(const at::Tensor& a, const at::Tensor& b) {
+  if (b.defined() && a.device() != b.device()) {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+                       "two devices, ", a.device(), " and ", b.device(), "!");
+  }
+}
+
+static at::Tensor host_or_undefined(const at::Tensor& t) {
+  return t.defined() ? host_alias(t) : t;
+}
+
+static at::Tensor convolution_overrideable(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+    bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+  expect_same_device(input, weight);
+  const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  expect_same_device(input, b);
+  auto out = at::convolution_symint(host_alias(input), host_alias(weight),
+                                    host_or_undefined(b), stride, padding, dilation,
+                                    transposed, output_padding, groups);
+  return onto_card(out, input.device());
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+    bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups,
+    std::array<bool, 3> output_mask) {
+  expect_same_device(input, weight);
+  expect_same_device(input, grad_output);
+  std::vector<c10::SymInt> bias_sizes{grad_output.sym_size(1)};
+  auto [gi, gw, gb] = at::convolution_backward_symint(
+      host_alias(grad_output), host_alias(input), host_alias(weight),
+      output_mask[2] ? std::optional<c10::SymIntArrayRef>(bias_sizes) : std::nullopt, stride,
+      padding, dilation, transposed, output_padding, groups, output_mask);
+  const auto card = input.device();
+  return {onto_card(gi, card), onto_card(gw, card), onto_card(gb, card)};
+}
+
 #define MMGCU_SIM_KERNELS(KEY, TYPE)                                                     \
   TORCH_LIBRARY_IMPL(aten, KEY, m) {                                                     \
     m.impl("empty.memory_format", empty_memory_format<c10::DeviceType::TYPE>);           \
@@ -443,6 +485,8 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
     m.impl("set_.source_Tensor", set_source_Tensor_);                                    \
     m.impl("set_.source_Storage", set_source_Storage_);                                  \
     m.impl("set_.source_Storage_storage_offset", set_source_Storage_storage_offset_);    \
+    m.impl("convolution_overrideable", convolution_overrideable);                        \
+    m.impl("convolution_backward_overrideable", convolution_backward_overrideable);      \
   }                                                                                      \
   TORCH_LIBRARY_IMPL(_, KEY, m) {                                                        \
     m.fallback(torch::CppFunction::makeFromBoxedFunction<&card_fallback>());             \
