@@ -25,7 +25,7 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 	MMGCU_SIMULATE=1 $(PY) -m mmgcu.sim.build
 	touch $(STAMP)
 
-test: install
+test: install lint
 	$(PY) -m pytest
 
 demo: install
@@ -34,5 +34,8 @@ demo: install
 bench: install
 	@echo "make bench arrives with the performance issue (#7)"; exit 1
 
+# ruff, and the T20 stack's Python: everything outside the v2 backend must parse on 3.8.
 lint: install
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/vermin -t=3.8- --violations --no-tips --eval-annotations mmgcu tools setup.py

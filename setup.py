@@ -1,4 +1,5 @@
 import os.path as osp
+import re
 
 from setuptools import find_packages, setup
 
@@ -10,13 +11,15 @@ def read_requirements(name):
         return [line for line in lines if line]
 
 
-version = {}
-with open(osp.join(osp.dirname(__file__), "mmgcu", "version.py")) as f:
-    exec(f.read(), version)
+def read_version():
+    path = osp.join(osp.dirname(__file__), "mmgcu", "version.py")
+    with open(path) as f:
+        return re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
 
 setup(
     name="mmgcu",
-    version=version["__version__"],
+    version=read_version(),
     description="Stock OpenMMLab (MMEngine/mmsegmentation) training on Enflame GCU cards",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -29,8 +29,9 @@ def make_sample(rng: np.random.Generator, size: int, classes: int):
     return np.clip(image, 0, 255).astype(np.uint8), label
 
 
-def write_dataset(root: str, train: int = 16, val: int = 16, size: int = 64, classes: int = 4,
-                  seed: int = 0) -> str:
+def write_dataset(
+    root: str, train: int = 16, val: int = 16, size: int = 64, classes: int = 4, seed: int = 0
+) -> str:
     """Write the dataset under ``root`` (skipped when it is already complete)."""
     rng = np.random.default_rng(seed)
     for split, count in (("train", train), ("val", val)):

@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 import torch
 
 from .base import DeviceBackend, GCUError
-from .cards import count_cards, parse_efsmi, visible_devices
+from .cards import count_cards, parse_efsmi, physical_card, visible_devices
 from .fallback import CpuBackend, CudaBackend
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "detect",
     "get_backend",
     "parse_efsmi",
+    "physical_card",
     "reset_backend",
     "visible_devices",
 ]
@@ -105,8 +106,10 @@ def get_backend(generation: Optional[str] = None) -> DeviceBackend:
 
 
 def _matches(backend: DeviceBackend, generation: str) -> bool:
-    return generation == "auto" or generation == backend.name or (
-        generation == "gcu" and backend.is_gcu
+    return (
+        generation == "auto"
+        or generation == backend.name
+        or (generation == "gcu" and backend.is_gcu)
     )
 
 

@@ -24,6 +24,14 @@ def visible_devices() -> Optional[List[str]]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def physical_card(index: int) -> str:
+    """The node-wide id of visible card ``index`` (``TOPS_VISIBLE_DEVICES`` remaps them)."""
+    visible = visible_devices()
+    if visible is not None and 0 <= index < len(visible):
+        return visible[index]
+    return str(index)
+
+
 def parse_efsmi(text: str) -> List[Tuple[int, str]]:
     """The (index, name) of each card in an ``efsmi`` table."""
     cards = {}

@@ -13,7 +13,7 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..device import GCUError, get_backend
+from ..device import GCUError, get_backend, physical_card
 from ..model.wrappers import misplaced
 
 
@@ -21,9 +21,9 @@ from ..model.wrappers import misplaced
 class GCUDevicePlacementHook(Hook):
     """Before the first train/val/test loop, check placement on every rank.
 
-    Checks that every parameter and buffer is on this rank's card, that no two ranks of
-    a node share a card, and that each node's ranks fit its cards; rank 0 logs one line
-    per rank. A single process on a node with more cards is warned that the rest idle.
+    Checks that every parameter and buffer is on this rank's card and that no two ranks
+    share a physical card of a host (which also catches more ranks than cards); rank 0
+    logs one line per rank. A single process on a node with more cards is warned that the rest idle.
     """
 
     priority = "VERY_HIGH"
@@ -53,15 +53,17 @@ class GCUDevicePlacementHook(Hook):
             rank=runner.rank,
             host=socket.gethostname(),
             card=card,
+            physical=physical_card(card),
             device=str(device),
             cards=backend.device_count(),
             misplaced=[f"{n} on {d}" for n, d in wrong[:5]],
             n_misplaced=len(wrong),
         )
         everyone = all_gather_object(mine) if get_world_size() > 1 else [mine]
-        self._verify(everyone, backend)
+        self._verify(everyone)
         lines = [
-            f"rank {r['rank']} on {r['host']}: {r['device']} (card {r['card']} of {r['cards']})"
+            f"rank {r['rank']} on {r['host']}: {r['device']} (card {r['card']} of {r['cards']}"
+            + (f", physical card {r['physical']})" if r["physical"] != str(r["card"]) else ")")
             for r in everyone
         ]
         runner.logger.info("mmgcu placement (%s):\n    %s", backend.name, "\n    ".join(lines))
@@ -76,7 +78,7 @@ class GCUDevicePlacementHook(Hook):
             )
 
     @staticmethod
-    def _verify(everyone, backend) -> None:
+    def _verify(everyone) -> None:
         for r in everyone:
             if r["n_misplaced"]:
                 raise GCUError(
@@ -85,20 +87,15 @@ class GCUDevicePlacementHook(Hook):
                     "them or created them after the runner placed the model; create "
                     "parameters in __init__ and let GCURunner move the model."
                 )
+        # Keyed by physical card, this also catches more ranks than cards on a host.
         seen = {}
-        per_host = {}
         for r in everyone:
-            key = (r["host"], r["card"])
+            key = (r["host"], r["physical"])
             if key in seen:
                 raise GCUError(
-                    f"ranks {seen[key]} and {r['rank']} both run on {r['device']} of "
+                    f"ranks {seen[key]} and {r['rank']} both run on card {r['physical']} of "
                     f"{r['host']}: two ranks on one card. Give each rank of a node its own "
-                    "LOCAL_RANK (torchrun and tools/dist_train.sh do) and do not start two "
-                    "jobs on the same cards."
+                    "LOCAL_RANK (torchrun and tools/dist_train.sh do), and give agents that "
+                    "share a host disjoint TOPS_VISIBLE_DEVICES."
                 )
             seen[key] = r["rank"]
-            per_host[r["host"]] = per_host.get(r["host"], 0) + 1
-        for host, n in per_host.items():
-            cards = max(r["cards"] for r in everyone if r["host"] == host)
-            if n > cards:
-                raise GCUError(f"{n} ranks on {host} but it has only {cards} card(s)")

@@ -1,8 +1,8 @@
 """A simulated ECCL: a process group that runs each collective through gloo on host memory.
 
 A card tensor is handed to gloo as a CPU alias of its host memory, so the collective
-writes the card tensor in place. Like ECCL, it carries only card tensors: a CPU tensor gets a route only
-when the group was created with one (``cpu:gloo,gcu:eccl``).
+writes the card tensor in place. Like ECCL, it carries only card tensors: a CPU tensor
+gets a route only when the group was created with one (``cpu:gloo,gcu:eccl``).
 """
 
 import torch

@@ -7,6 +7,7 @@ same statistics on the card, so SyncBN really exchanges them over the (simulated
 
 import torch
 
+
 def _dims(x):
     return [0] + list(range(2, x.dim()))
 
@@ -64,8 +65,10 @@ def batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, c
     total = count.sum().to(torch.float32)
     xmu = x.float() - _channel(mean, x)
     inv = _channel(invstd, x)
-    grad = dy.float() - _channel(sum_dy / total, x) - xmu * inv.pow(2) * _channel(
-        sum_dy_xmu / total, x
+    grad = (
+        dy.float()
+        - _channel(sum_dy / total, x)
+        - xmu * inv.pow(2) * _channel(sum_dy_xmu / total, x)
     )
     grad = grad * inv
     if weight is not None:

@@ -58,8 +58,17 @@ def write_config(path, dataset_root, base=TINY, **overrides) -> str:
     return str(path)
 
 
-def torchrun(args, nproc, cards, api="v2", timeout=600, extra_env=None, nnodes=None,
-             node_rank=None, port=None):
+def torchrun(
+    args,
+    nproc,
+    cards,
+    api="v2",
+    timeout=600,
+    extra_env=None,
+    nnodes=None,
+    node_rank=None,
+    port=None,
+):
     """Start ``torchrun`` over stock tools/train.py-style args; return the Popen."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
     if nnodes is None:
@@ -71,8 +80,9 @@ def torchrun(args, nproc, cards, api="v2", timeout=600, extra_env=None, nnodes=N
             "--master_addr=127.0.0.1",
             f"--master_port={port}",
         ]
-    env = clean_env(MMGCU_SIMULATE=cards, MMGCU_SIMULATE_API=api, OMP_NUM_THREADS=1,
-                    **(extra_env or {}))
+    env = clean_env(
+        MMGCU_SIMULATE=cards, MMGCU_SIMULATE_API=api, OMP_NUM_THREADS=1, **(extra_env or {})
+    )
     return subprocess.Popen(
         cmd + list(args),
         env=env,
@@ -99,5 +109,3 @@ def probes(work_dir):
 
 def checkpoints(work_dir):
     return sorted(osp.basename(p) for p in glob.glob(osp.join(work_dir, "*.pth")))
-
-

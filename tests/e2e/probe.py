@@ -30,10 +30,14 @@ class ProbeHook(Hook):
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         params = {str(p.device) for p in model.parameters()}
         buffers = {str(b.device) for b in model.buffers()}
-        checksum = sum(
-            float(t.detach().cpu().double().abs().sum()) for t in model.state_dict().values()
-            if t.is_floating_point()
-        )
+
+        def checksum(tensors):
+            return sum(
+                float(t.detach().cpu().double().abs().sum())
+                for t in tensors
+                if t.is_floating_point()
+            )
+
         report = dict(
             rank=runner.rank,
             local_rank=int(os.environ.get("LOCAL_RANK", "-1")),
@@ -43,7 +47,8 @@ class ProbeHook(Hook):
             loss_devices=sorted(self.batch_devices),
             wrapper_mro=[c.__name__ for c in type(runner.model).__mro__],
             optim_wrapper=[c.__name__ for c in type(runner.optim_wrapper).__mro__],
-            checksum=checksum,
+            param_checksum=checksum(model.parameters()),
+            buffer_checksum=checksum(model.buffers()),
             iter=runner.iter,
         )
         with open(osp.join(runner.work_dir, f"probe_rank{runner.rank}.json"), "w") as f:

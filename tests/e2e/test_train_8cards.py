@@ -20,7 +20,7 @@ from tests.e2e.conftest import (
 pytestmark = pytest.mark.e2e
 
 
-def assert_trained_on_own_cards(work_dir, world, device_type, out):
+def assert_trained_on_own_cards(work_dir, world, device_type, out, synced_buffers=True):
     reports = probes(work_dir)
     assert sorted(reports) == list(range(world)), out[-3000:]
     for rank, r in reports.items():
@@ -32,8 +32,11 @@ def assert_trained_on_own_cards(work_dir, world, device_type, out):
         assert "DistributedDataParallel" in r["wrapper_mro"]
         assert r["wrapper_mro"][0] == "GCUDistributedDataParallel"
         assert r["iter"] == 4
-    sums = {round(r["checksum"], 4) for r in reports.values()}
-    assert len(sums) == 1, f"ranks ended with different weights: {sums}"
+    params = {round(r["param_checksum"], 4) for r in reports.values()}
+    assert len(params) == 1, f"ranks ended with different weights: {params}"
+    # SyncBN (v2) keeps BN statistics equal; per-rank BN (legacy) must not.
+    buffers = {round(r["buffer_checksum"], 4) for r in reports.values()}
+    assert (len(buffers) == 1) == synced_buffers, buffers
     assert checkpoints(work_dir) == ["iter_4.pth"]
     assert "mIoU" in out
 
@@ -52,7 +55,9 @@ def test_stock_train_on_8_cards(api, device_type, dataset, tmp_path):
     code, out = finish(proc)
     print(f"8-rank {api} run: {time.time() - started:.1f} s")
     assert code == 0, out[-5000:]
-    assert_trained_on_own_cards(work, 8, device_type, out)
+    assert_trained_on_own_cards(work, 8, device_type, out, synced_buffers=api == "v2")
+    if api == "legacy":
+        assert "SyncBatchNorm is reverted to BatchNorm on legacy" in out
     for rank in range(8):
         assert f"rank {rank} on " in out and f"{device_type}:{rank} (card {rank} of 8)" in out
 
@@ -62,8 +67,19 @@ def test_two_nodes_of_four_cards(dataset, tmp_path):
     work = str(tmp_path / "work")
     port = free_port()
     args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work]
+    # Two agents on one host split its cards, as they would have to on hardware.
+    visible = ["0,1,2,3", "4,5,6,7"]
     nodes = [
-        torchrun(args, nproc=4, cards=4, nnodes=2, node_rank=n, port=port) for n in (0, 1)
+        torchrun(
+            args,
+            nproc=4,
+            cards=4,
+            nnodes=2,
+            node_rank=n,
+            port=port,
+            extra_env=dict(TOPS_VISIBLE_DEVICES=visible[n]),
+        )
+        for n in (0, 1)
     ]
     results = [finish(p) for p in nodes]
     out = "\n".join(o for _, o in results)
@@ -71,6 +87,7 @@ def test_two_nodes_of_four_cards(dataset, tmp_path):
     assert_trained_on_own_cards(work, 8, "gcu", out)
     reports = probes(work)
     assert sorted(r["local_rank"] for r in reports.values()) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert "physical card 7)" in out
 
 
 def test_nine_ranks_on_eight_cards_fail_fast(dataset, tmp_path):
