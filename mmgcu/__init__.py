@@ -13,15 +13,24 @@ if _sim.requested():
     _sim.install()
 
 from .device import GCUError, get_backend  # noqa: E402
-from .hooks import GCUDevicePlacementHook  # noqa: E402
+from .hooks import GCUDevicePlacementHook, GCUEmptyCacheHook  # noqa: E402
+from .log_processor import GCULogProcessor  # noqa: E402
+from .loops import GCUTestLoop, GCUValLoop  # noqa: E402
 from .model import GCUDistributedDataParallel  # noqa: E402
+from .optim import GCUAmpOptimWrapper, GCUOptimWrapper  # noqa: E402
 from .runner import GCURunner  # noqa: E402
 
 __all__ = [
+    "GCUAmpOptimWrapper",
     "GCUDevicePlacementHook",
     "GCUDistributedDataParallel",
+    "GCUEmptyCacheHook",
     "GCUError",
+    "GCULogProcessor",
+    "GCUOptimWrapper",
     "GCURunner",
+    "GCUTestLoop",
+    "GCUValLoop",
     "__version__",
     "get_backend",
 ]

@@ -29,6 +29,28 @@ from .model import GCUDistributedDataParallel
 # Wrapper types a stock or seed config names; on a GCU they mean GCUDistributedDataParallel.
 _STOCK_DDP = ("MMDistributedDataParallel", "DistributedDataParallel")
 
+# Stock components that assume CUDA, and their GCU counterparts. On a GCU, a config (or
+# a stock flag such as tools/train.py --amp) naming the left one gets the right one.
+GCU_COUNTERPARTS = {
+    "OptimWrapper": "GCUOptimWrapper",
+    "AmpOptimWrapper": "GCUAmpOptimWrapper",
+    "ValLoop": "GCUValLoop",
+    "TestLoop": "GCUTestLoop",
+    "LogProcessor": "GCULogProcessor",
+    "EmptyCacheHook": "GCUEmptyCacheHook",
+}
+
+
+def _gcu_counterpart(cfg, default=None):
+    """``cfg`` (a dict) with its stock ``type`` replaced by the GCU counterpart."""
+    if not isinstance(cfg, dict):
+        return cfg
+    name = cfg.get("type", default)
+    if name in GCU_COUNTERPARTS:
+        cfg = copy.copy(cfg)
+        cfg["type"] = GCU_COUNTERPARTS[name]
+    return cfg
+
 
 def _has_sync_bn(model: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()) or any(
@@ -122,6 +144,40 @@ class GCURunner(Runner):
             for key, value in backend.ddp_device_kwargs(self.card).items():
                 cfg.setdefault(key, value)
         return MODEL_WRAPPERS.build(cfg, default_args=dict(module=model))
+
+    # -- stock components that assume CUDA: their GCU counterparts ------------------
+    def _on_gcu(self) -> bool:
+        return self.device_backend.is_gcu
+
+    def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):
+        """mmengine's seeding, plus the cards' generators (torch_gcu 1.x needs its own)."""
+        super().set_randomness(seed, diff_rank_seed=diff_rank_seed, deterministic=deterministic)
+        self.device_backend.manual_seed_all(self._seed)
+
+    def build_optim_wrapper(self, optim_wrapper):
+        if self._on_gcu() and isinstance(optim_wrapper, dict) and "optimizer" in optim_wrapper:
+            optim_wrapper = _gcu_counterpart(optim_wrapper, default="OptimWrapper")
+        return super().build_optim_wrapper(optim_wrapper)
+
+    def build_val_loop(self, loop):
+        if self._on_gcu():
+            loop = _gcu_counterpart(loop, default="ValLoop")
+        return super().build_val_loop(loop)
+
+    def build_test_loop(self, loop):
+        if self._on_gcu():
+            loop = _gcu_counterpart(loop, default="TestLoop")
+        return super().build_test_loop(loop)
+
+    def build_log_processor(self, log_processor):
+        if self._on_gcu():
+            log_processor = _gcu_counterpart(log_processor, default="LogProcessor")
+        return super().build_log_processor(log_processor)
+
+    def register_custom_hooks(self, hooks) -> None:
+        if self._on_gcu():
+            hooks = [_gcu_counterpart(h) for h in hooks]
+        super().register_custom_hooks(hooks)
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
         """mmengine's hooks, plus the placement check unless the config turns it off."""

@@ -1,6 +1,9 @@
-# The one base an mmseg config inherits to train on GCU cards (Enflame T20 and newer).
-# It works with the stock tools/train.py: `--launcher pytorch` under torchrun or
-# tools/dist_train.sh. Inherit it after mmseg's default_runtime so these keys win.
+# The one base an mmseg config inherits to train on GCU cards (Enflame T20 and newer):
+# mmseg's default_runtime plus what GCUs need. Put it in `_base_` where default_runtime
+# was (mmengine refuses keys defined by two sibling bases). Works with the stock
+# tools/train.py, `--launcher pytorch`, under torchrun or tools/dist_train.sh.
+_base_ = ["mmseg::_base_/default_runtime.py"]
+
 custom_imports = dict(imports=["mmgcu"], allow_failed_imports=False)
 runner_type = "GCURunner"
 
@@ -23,6 +26,10 @@ model_wrapper_cfg = dict(
     # mmseg models use every parameter in the loss; finding unused ones costs a graph walk.
     find_unused_parameters=False,
 )
+
+# GCURunner also maps stock OptimWrapper/AmpOptimWrapper, ValLoop/TestLoop, LogProcessor
+# and EmptyCacheHook to their GCU counterparts; naming them here keeps the config honest.
+log_processor = dict(type="GCULogProcessor", by_epoch=False)
 
 # Set False to drop the placement check (GCUDevicePlacementHook) that GCURunner adds.
 gcu_placement_check = True

@@ -1,3 +1,4 @@
+from .empty_cache import GCUEmptyCacheHook
 from .placement import GCUDevicePlacementHook
 
-__all__ = ["GCUDevicePlacementHook"]
+__all__ = ["GCUDevicePlacementHook", "GCUEmptyCacheHook"]

@@ -14,12 +14,26 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 
+def _lazy_steps():
+    """torch_gcu 1.x optimizer_step calls the simulator recorded (None off the simulator)."""
+    from mmgcu import sim
+
+    return sim.state.calls["optimizer_step"] if sim.is_installed() else None
+
+
 @HOOKS.register_module()
 class ProbeHook(Hook):
     priority = "LOWEST"
 
     def __init__(self):
         self.batch_devices = set()
+        self.logits_dtypes = set()
+
+    def before_train(self, runner):
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        head = getattr(getattr(model, "decode_head", None), "conv_seg", None)
+        if head is not None:  # the decode head's logits, as the loss sees them
+            head.register_forward_hook(lambda m, i, o: self.logits_dtypes.add(str(o.dtype)))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         for value in (outputs or {}).values():
@@ -47,6 +61,8 @@ class ProbeHook(Hook):
             loss_devices=sorted(self.batch_devices),
             wrapper_mro=[c.__name__ for c in type(runner.model).__mro__],
             optim_wrapper=[c.__name__ for c in type(runner.optim_wrapper).__mro__],
+            logits_dtypes=sorted(self.logits_dtypes),
+            lazy_steps=_lazy_steps(),
             param_checksum=checksum(model.parameters()),
             buffer_checksum=checksum(model.buffers()),
             iter=runner.iter,

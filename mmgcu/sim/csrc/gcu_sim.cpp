@@ -13,6 +13,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
@@ -494,6 +495,28 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overr
 
 MMGCU_SIM_KERNELS(PrivateUse1, PrivateUse1)
 MMGCU_SIM_KERNELS(XLA, XLA)
+
+// Autocast: like torch_gcu (and torch_xla), register PyTorch's own cast policies for the
+// card's autocast key, and let every other op fall through.
+#define MMGCU_SIM_AUTOCAST(KEY, TYPE)                                                     \
+  TORCH_LIBRARY_IMPL(_, KEY, m) { m.fallback(torch::CppFunction::makeFallthrough()); }   \
+  TORCH_LIBRARY_IMPL(aten, KEY, m) {                                                     \
+    AT_FORALL_LOWER_PRECISION_FP(MMGCU_SIM_LOW_##TYPE)                                   \
+    AT_FORALL_FP32(MMGCU_SIM_FP32_##TYPE)                                                \
+    AT_FORALL_FP32_SET_OPT_DTYPE(MMGCU_SIM_FP32_OPT_##TYPE)                              \
+    AT_FORALL_PROMOTE(MMGCU_SIM_PROMOTE_##TYPE)                                          \
+  }
+#define MMGCU_SIM_LOW_PrivateUse1(...) KERNEL(c10::DeviceType::PrivateUse1, __VA_ARGS__, lower_precision_fp)
+#define MMGCU_SIM_FP32_PrivateUse1(...) KERNEL(c10::DeviceType::PrivateUse1, __VA_ARGS__, fp32)
+#define MMGCU_SIM_FP32_OPT_PrivateUse1(...) KERNEL(c10::DeviceType::PrivateUse1, __VA_ARGS__, fp32_set_opt_dtype)
+#define MMGCU_SIM_PROMOTE_PrivateUse1(...) KERNEL(c10::DeviceType::PrivateUse1, __VA_ARGS__, promote)
+#define MMGCU_SIM_LOW_XLA(...) KERNEL(c10::DeviceType::XLA, __VA_ARGS__, lower_precision_fp)
+#define MMGCU_SIM_FP32_XLA(...) KERNEL(c10::DeviceType::XLA, __VA_ARGS__, fp32)
+#define MMGCU_SIM_FP32_OPT_XLA(...) KERNEL(c10::DeviceType::XLA, __VA_ARGS__, fp32_set_opt_dtype)
+#define MMGCU_SIM_PROMOTE_XLA(...) KERNEL(c10::DeviceType::XLA, __VA_ARGS__, promote)
+
+MMGCU_SIM_AUTOCAST(AutocastPrivateUse1, PrivateUse1)
+MMGCU_SIM_AUTOCAST(AutocastXLA, XLA)
 
 // ---------------------------------------------------------------------------- python
 static SimPrivateUse1Hooks* g_hooks = nullptr;

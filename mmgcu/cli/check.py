@@ -1,0 +1,215 @@
+"""``mmgcu check``: prove that every card of this node trains, before a long job finds out.
+
+It starts one process per card with torch's own launcher (``torch.distributed.run``), as a
+training job does. Each worker (:mod:`mmgcu.cli.check_worker`) takes its card and process
+group from mmgcu, checks collectives on card tensors and CPU objects, trains a few DDP
+steps, and rank 0 compares the weights with the same steps on one card. Workers write
+their progress and result as JSON files to a temp folder; this process reads them (never
+the logs) and prints one line: OK, or the first failure with its fix. Exit status 0 or 1.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Optional
+
+from . import check_worker as worker
+
+PREFIX = "mmgcu check: "
+#: Grace for torchrun to stop its workers after SIGTERM, before SIGKILL.
+KILL_GRACE_S = 10.0
+
+
+def add_parser(sub) -> None:
+    from ..device import GENERATIONS
+
+    parser = sub.add_parser(
+        "check",
+        help="launch one process per card and prove collectives and DDP training",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument(
+        "--cards",
+        type=int,
+        default=None,
+        help="ranks to launch, one per card (default: all cards of this node)",
+    )
+    parser.add_argument("--steps", type=int, default=3, help="DDP steps to compare (default 3)")
+    parser.add_argument(
+        "--device",
+        choices=GENERATIONS,
+        default="auto",
+        help="the device generation, as env_cfg.device (default: auto-detect)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds for the whole run; then its processes are killed (default 300)",
+    )
+    parser.set_defaults(func=run)
+
+
+class CheckError(Exception):
+    """Why the check failed, as the one line to print."""
+
+
+def ranks_to_launch(cards: Optional[int]) -> int:
+    """``--cards``, or every card of the node; refuse more ranks than cards up front."""
+    from ..device import count_cards
+
+    count, source = count_cards()
+    if cards is None:
+        if count < 1:
+            raise CheckError(
+                f"no GCU cards found ({source}). Check the driver with efsmi and "
+                "TOPS_VISIBLE_DEVICES, or pass --cards N."
+            )
+        return count
+    if cards < 1:
+        raise CheckError(f"--cards {cards}: launch at least one rank")
+    if count and cards > count:
+        raise CheckError(
+            f"--cards {cards} but this node has {count} card(s) ({source}): use "
+            f"--cards {count} or fewer, or make more cards visible with TOPS_VISIBLE_DEVICES."
+        )
+    return cards
+
+
+def run(args) -> int:
+    started = time.time()
+    try:
+        nproc = ranks_to_launch(args.cards)
+        if args.steps < 1:
+            raise CheckError(f"--steps {args.steps}: train at least one step")
+    except CheckError as e:
+        print(f"{PREFIX}FAILED: {e}", file=sys.stderr)
+        return 1
+    out = tempfile.mkdtemp(prefix="mmgcu-check-")
+    try:
+        line = PREFIX + "OK: " + launch(args, nproc, out, started)
+    except CheckError as e:
+        print(f"{PREFIX}FAILED: {e} (logs: {out})", file=sys.stderr)
+        return 1
+    _remove(out)
+    print(line)
+    return 0
+
+
+def launch(args, nproc: int, out: str, started: float) -> str:
+    """Run the workers under torchrun and return the success summary, or raise CheckError."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc_per_node={nproc}", "-m", worker.__name__, "--out", out]
+    cmd += ["--steps", str(args.steps), "--device", args.device, "--timeout", str(args.timeout)]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its warning
+    with open(os.path.join(out, "launcher.log"), "w") as log:
+        # A session of its own, so a timeout can stop torchrun and nothing else.
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=max(1.0, args.timeout - (time.time() - started)))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _stop(proc, out)
+    results = worker.read_results(out)
+    return judge(results, nproc, proc.returncode, timed_out, args, time.time() - started)
+
+
+def judge(results, nproc: int, code: Optional[int], timed_out: bool, args, took: float) -> str:
+    """The success summary from the workers' results, or the CheckError that explains why not."""
+    failed = [r for r in results.values() if r.get("ok") is False]
+    if failed:
+        # A wrong value or a set-up error is the cause; crashes of the others follow from it.
+        first = min(failed, key=lambda r: (r.get("kind") == "crash", r.get("time", 0)))
+        raise CheckError(f"rank {first['rank']} ({first.get('phase')}): {first.get('error')}")
+    if timed_out:
+        raise CheckError(f"timed out after {args.timeout:g} s: {_laggards(results, nproc)}")
+    missing = [r for r in range(nproc) if results.get(r, {}).get("ok") is not True]
+    if code != 0 or missing:
+        raise CheckError(
+            f"torchrun exited with status {code}; rank(s) {_ids(missing)} gave no result "
+            f"({_laggards(results, nproc)}). The log shows the traceback."
+        )
+    rank0 = results[0]
+    cards = len({r.get("device") for r in results.values()})
+    kind = "GCU card" if rank0.get("is_gcu") else f"{rank0.get('device_type')} device"
+    sim = "simulated " if rank0.get("simulated") else ""
+    return (
+        f"{nproc} rank{'s' * (nproc > 1)} on {cards} {sim}{kind}{'s' * (cards > 1)} "
+        f"({rank0.get('generation')}, {rank0.get('dist_backend')}); collectives and "
+        f"{args.steps} DDP step{'s' * (args.steps > 1)} match one card "
+        f"(max diff {rank0.get('max_diff', float('nan')):.1e}) in {took:.1f} s"
+    )
+
+
+def _laggards(results, nproc: int) -> str:
+    """Which ranks did not answer: those that never reported, or reached the fewest phases."""
+    phases = worker.PHASES
+    reached = {r: phases.index(results[r]["phase"]) if r in results else -1 for r in range(nproc)}
+    furthest = max(reached.values())
+    behind = [r for r in range(nproc) if reached[r] < furthest]
+    if not behind:
+        return (
+            f"all {nproc} ranks stopped in '{phases[furthest]}' (a collective that never "
+            "completed: check ECCL with 'mmgcu env' and the cards with efsmi)"
+        )
+    silent = [r for r in behind if reached[r] < 0]
+    slow = [f"rank {r} stuck in '{phases[reached[r]]}'" for r in behind if reached[r] >= 0]
+    said = [f"rank(s) {_ids(silent)} never started"] if silent else []
+    ahead = [r for r in range(nproc) if reached[r] == furthest]
+    return (
+        f"{'; '.join(said + slow)} while rank(s) {_ids(ahead)} reached "
+        f"'{phases[furthest]}'; the rank(s) behind did not answer (check that card with efsmi)"
+    )
+
+
+def _ids(ranks: List[int]) -> str:
+    return ",".join(str(r) for r in ranks)
+
+
+def _stop(proc: subprocess.Popen, out: str) -> None:
+    """Stop torchrun, then any worker it left behind (only pids our workers reported)."""
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)  # torchrun passes it on to its workers
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for result in worker.read_results(out).values():
+        pid = result.get("pid")
+        if pid and _is_our_worker(pid):
+            _signal(os.kill, pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    _signal(os.killpg, pid, sig)
+
+
+def _signal(kill, pid: int, sig: int) -> None:
+    try:
+        kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _is_our_worker(pid: int) -> bool:
+    """Whether ``pid`` still runs a check worker (guards against a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return worker.__name__.encode() in f.read()
+    except OSError:
+        return False
+
+
+def _remove(out: str) -> None:
+    for name in os.listdir(out):
+        os.remove(os.path.join(out, name))
+    os.rmdir(out)

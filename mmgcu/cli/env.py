@@ -1,0 +1,197 @@
+"""``mmgcu env``: everything a bug report needs about this machine, in one paste.
+
+Modelled on ``accelerate env`` and mmengine's ``collect_env``: the versions of the stack,
+what mmgcu's device layer found (generation, cards, ECCL, process-group backend) and the
+environment variables that change which cards and collectives a run gets. It never
+imports torch_gcu itself: the device layer does, and says why when it cannot. A simulated
+torch_gcu (``MMGCU_SIMULATE``) is reported first, so nobody mistakes it for hardware.
+"""
+
+import glob
+import importlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections import OrderedDict
+from typing import Any, Callable, Dict
+
+VISIBLE_VARS = ("TOPS_VISIBLE_DEVICES", "ENFLAME_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+ECCL_PREFIXES = ("ECCL_", "TORCH_ECCL_")
+#: Where TopsRider installs; only files found there are reported, nothing is assumed.
+TOPSRIDER_ROOT = "/usr/local/topsrider"
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "env",
+        help="report the software stack, the GCU cards and the ECCL set-up",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    info = collect_env()
+    print(json.dumps(info, indent=2) if args.json else format_env(info))
+    return 0
+
+
+def _safe(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or what went wrong: a report must not die on the fault it should show."""
+    try:
+        return fn()
+    except Exception as e:
+        return f"failed: {type(e).__name__}: {e}"
+
+
+def _version(module: str) -> str:
+    try:
+        return str(getattr(importlib.import_module(module), "__version__", "unknown"))
+    except ImportError as e:
+        return f"not installed ({e})"
+
+
+def _mmcv_ops() -> str:
+    try:
+        importlib.import_module("mmcv._ext")
+    except ImportError as e:
+        return f"no: mmcv._ext does not import ({e}); rebuild mmcv with MMCV_WITH_OPS=1"
+    return "yes (mmcv._ext)"
+
+
+def topsrider_version() -> str:
+    """``efsmi --version`` and TopsRider's version files, where present; else 'not found'."""
+    found = []
+    exe = shutil.which("efsmi")
+    if exe:
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+            lines = [x.strip() for x in (out.stdout + out.stderr).splitlines() if x.strip()]
+            found.append(f"efsmi --version: {' / '.join(lines[:3]) or 'no output'}")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            found.append(f"efsmi --version failed: {e}")
+    for path in sorted(glob.glob(os.path.join(TOPSRIDER_ROOT, "*version*"))):
+        if os.path.isfile(path):
+            with open(path, errors="replace") as f:
+                first = (f.read(200).strip().splitlines() or ["(empty)"])[0]
+            found.append(f"{path}: {first}")
+    if found:
+        return "; ".join(found)
+    return f"not found (no efsmi on PATH, no {TOPSRIDER_ROOT}/*version* file)"
+
+
+def _torch_gcu(backend) -> str:
+    """The backend's description, or why torch_gcu was not found (the fallback says it)."""
+    if backend.is_gcu:
+        return backend.description
+    base = type(backend).description
+    why = backend.description
+    if why.endswith("; " + base):
+        why = why[: -len(base) - 2]
+    return f"not found: {why}"
+
+
+def _cards(backend) -> Dict[str, Any]:
+    """Card count and names: from the device layer, else from the ``efsmi`` table."""
+    from ..device.cards import count_cards, efsmi_cards
+
+    info = OrderedDict()  # type: Dict[str, Any]
+    if backend.is_gcu:
+        count = backend.device_count()
+        info["cards"] = count
+        names = OrderedDict()  # type: Dict[str, list]
+        for i in range(count):
+            names.setdefault(str(_safe(lambda i=i: backend.device_name(i))), []).append(str(i))
+        for name, ids in names.items():
+            info[f"GCU {','.join(ids)}"] = name
+    else:
+        listed = efsmi_cards()
+        if listed:
+            info["cards"] = f"{len(listed)} listed by efsmi, but torch_gcu cannot use them"
+            info["efsmi cards"] = ", ".join(f"{i}: {n}" for i, n in listed)
+        else:
+            info["cards"] = (
+                f"0 GCU cards (no torch_gcu; efsmi absent or lists none); {backend.name}"
+            )
+    count, source = count_cards()
+    info["cards for launchers"] = f"{count} ({source})"
+    return info
+
+
+def _dist(backend) -> Dict[str, Any]:
+    from ..device import GCUError
+
+    info = OrderedDict()  # type: Dict[str, Any]
+    if not backend.is_gcu:
+        info["ECCL"] = f"not applicable: no GCU ({backend.name})"
+    else:
+        try:
+            backend.check_dist_backend()
+            info["ECCL"] = "available"
+        except GCUError as e:
+            info["ECCL"] = f"NOT available: {e}"
+    info["process group"] = backend.default_group_backend
+    info["card-tensor group"] = backend.device_group_backend or "the default group"
+    eccl = OrderedDict(
+        (k, os.environ[k]) for k in sorted(os.environ) if k.startswith(ECCL_PREFIXES)
+    )
+    info["ECCL variables"] = eccl or "none set"
+    return info
+
+
+def collect_env() -> Dict[str, Any]:
+    """The report, as an ordered dict of plain values (str, int, dict)."""
+    import torch
+
+    import mmgcu
+
+    from .. import sim
+    from ..device import get_backend
+
+    info = OrderedDict()  # type: Dict[str, Any]
+    if sim.is_installed():
+        info["SIMULATED"] = (
+            f"SIMULATED ({sim.state.api} API, {sim.state.cards} cards): torch_gcu is "
+            "mmgcu.sim on host memory, not Enflame hardware"
+        )
+    info["mmgcu"] = f"{mmgcu.__version__} ({os.path.dirname(mmgcu.__file__)})"
+    info["Python"] = sys.version.replace("\n", " ")
+    info["Python executable"] = sys.executable
+    info["platform"] = platform.platform()
+    info["torch"] = torch.__version__
+    info["torch CUDA build"] = torch.version.cuda or "no (CPU build)"
+    backend = _safe(get_backend)
+    if isinstance(backend, str):  # detection itself failed: report that and the rest
+        info["torch_gcu"] = backend
+    else:
+        info["torch_gcu"] = _safe(lambda: _torch_gcu(backend))
+    info["TopsRider / driver"] = _safe(topsrider_version)
+    info["mmengine"] = _version("mmengine")
+    info["mmcv"] = _version("mmcv")
+    info["mmcv ops compiled"] = _mmcv_ops()
+    info["mmseg"] = _version("mmseg")
+    if not isinstance(backend, str):
+        info["device"] = f"{backend.name}: {backend.description}"
+        cards = _safe(lambda: _cards(backend))
+        info.update(cards if isinstance(cards, dict) else {"cards": cards})
+    for name in VISIBLE_VARS:
+        info[name] = os.environ.get(name, "unset")
+    if not isinstance(backend, str):
+        dist = _safe(lambda: _dist(backend))
+        info.update(dist if isinstance(dist, dict) else {"ECCL": dist})
+    return info
+
+
+def format_env(info: Dict[str, Any]) -> str:
+    """``- key: value`` lines, values aligned, like mmengine's collect_env printout."""
+    width = max(len(k) for k in info) + 1
+    lines = []
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        lines.append(f"- {key + ':':<{width}} {value}")
+    return "\n".join(lines)

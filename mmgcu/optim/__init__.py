@@ -1,0 +1,3 @@
+from .wrappers import GCUAmpOptimWrapper, GCUOptimWrapper
+
+__all__ = ["GCUAmpOptimWrapper", "GCUOptimWrapper"]
