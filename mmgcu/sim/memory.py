@@ -47,7 +47,8 @@ def reset_peak_memory_stats(device=None) -> None:
 
 
 def empty_cache() -> None:
-    """No caching allocator to drain: freed card memory is released at once."""
+    """No caching allocator to drain (freed card memory is released at once); counted."""
+    state.calls["empty_cache"] += 1
 
 
 def mem_get_info(device=None):

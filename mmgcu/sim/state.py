@@ -6,8 +6,9 @@ ext = None  # the compiled extension (mmgcu/sim/csrc), set by install()
 api: Optional[str] = None  # 'v2' or 'legacy'
 cards: int = 0  # cards visible to this process
 device_type: Optional[str] = None  # 'gcu' (v2) or 'xla' (legacy)
-# Calls the legacy lazy-graph API received, so tests can check the plugin drives it.
-calls = {"optimizer_step": 0, "unlazy": 0, "sync_lived_tensor": 0}
+# Calls the plugin made into the simulated vendor API, so tests can check it drives it
+# (the legacy lazy step once per optimizer step, empty_cache where configured).
+calls = {"optimizer_step": 0, "unlazy": 0, "sync_lived_tensor": 0, "empty_cache": 0}
 
 
 def current_card() -> int:
