@@ -109,7 +109,7 @@ def build() -> types.ModuleType:
     mod.__simulated__ = True
     for name in (
         "is_available device_count current_device set_device get_device_name "
-        "manual_seed manual_seed_all synchronize empty_cache"
+        "manual_seed manual_seed_all synchronize"
     ).split():
         setattr(mod, name, getattr(memory, name))
     mod.gcu_device = gcu_device
