@@ -8,9 +8,11 @@ model placement (``wrap_model``); everything else is mmengine's.
 
 import copy
 import logging
+import os
+import os.path as osp
 
 import torch
-from mmengine.dist import is_distributed
+from mmengine.dist import is_distributed, master_only
 from mmengine.logging import print_log
 from mmengine.model import (
     MMDistributedDataParallel,
@@ -21,7 +23,7 @@ from mmengine.model import (
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
-from .device import get_backend
+from .device import GCUError, get_backend
 from .dist import init_distributed
 from .hooks import GCUDevicePlacementHook
 from .model import GCUDistributedDataParallel
@@ -56,6 +58,40 @@ def _has_sync_bn(model: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()) or any(
         type(m).__name__ == "SyncBatchNorm" for m in model.modules()
     )
+
+
+def _batch_devices(data):
+    if isinstance(data, torch.Tensor):
+        return {data.device}
+    if isinstance(data, dict):
+        data = list(data.values())
+    if isinstance(data, (list, tuple)):
+        return set().union(*(_batch_devices(d) for d in data)) if data else set()
+    return set()
+
+
+def _check_first_batch(model: torch.nn.Module, device: torch.device) -> None:
+    """Check, once, that the data preprocessor puts the batch on the card.
+
+    A custom preprocessor that leaves the batch on the CPU would otherwise fail deep
+    inside the first convolution. The hook removes itself after the first batch.
+    """
+    preprocessor = getattr(model, "data_preprocessor", None)
+    if not isinstance(preprocessor, torch.nn.Module):
+        return
+
+    def check(module, inputs, output):
+        handle.remove()
+        wrong = sorted(str(d) for d in _batch_devices(output) if d != device)
+        if wrong:
+            raise GCUError(
+                f"the data preprocessor ({type(module).__name__}) returned a batch on "
+                f"{', '.join(wrong)}, but the model is on {device}. Move the batch with "
+                "BaseDataPreprocessor.cast_data (or self.device) in its forward; mmengine's "
+                "preprocessors do this when they are not overridden."
+            )
+
+    handle = preprocessor.register_forward_hook(check)
 
 
 @RUNNERS.register_module()
@@ -110,6 +146,7 @@ class GCURunner(Runner):
             return super().wrap_model(model_wrapper_cfg, model)
         backend = self.device_backend
         model = model.to(backend.device(self.card))
+        _check_first_batch(model, backend.device(self.card))
         if not self.distributed:
             return revert_sync_batchnorm(model)
 
@@ -178,6 +215,19 @@ class GCURunner(Runner):
         if self._on_gcu():
             hooks = [_gcu_counterpart(h) for h in hooks]
         super().register_custom_hooks(hooks)
+
+    @master_only
+    def save_checkpoint(self, out_dir, filename, *args, **kwargs):
+        """mmengine's checkpoint (rank 0), written to a temporary name then renamed.
+
+        A job killed mid-write leaves the previous checkpoint and ``last_checkpoint``
+        intact, so ``--resume`` continues from the last complete one.
+        """
+        if "://" in str(out_dir):  # a remote backend: its own write semantics
+            return super().save_checkpoint(out_dir, filename, *args, **kwargs)
+        partial = f".{filename}.partial"
+        super().save_checkpoint(out_dir, partial, *args, **kwargs)
+        os.replace(osp.join(out_dir, partial), osp.join(out_dir, filename))
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
         """mmengine's hooks, plus the placement check unless the config turns it off."""

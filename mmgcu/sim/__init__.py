@@ -13,6 +13,8 @@ from . import state
 
 ENV_CARDS = "MMGCU_SIMULATE"
 ENV_API = "MMGCU_SIMULATE_API"
+# MMGCU_SIMULATE_ECCL=0 models a GCU host whose ECCL is missing (a broken install).
+ENV_ECCL = "MMGCU_SIMULATE_ECCL"
 APIS = ("v2", "legacy")
 
 logger = logging.getLogger(__name__)
@@ -21,6 +23,10 @@ logger = logging.getLogger(__name__)
 def requested() -> bool:
     """Whether this process was asked to simulate cards."""
     return bool(os.environ.get(ENV_CARDS))
+
+
+def eccl_installed() -> bool:
+    return os.environ.get(ENV_ECCL, "1") != "0"
 
 
 def is_installed() -> bool:

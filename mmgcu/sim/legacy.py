@@ -100,9 +100,12 @@ def _register_serialization() -> None:
 
 def build() -> types.ModuleType:
     """Install the legacy flavour in this process and return the ``torch_gcu`` module."""
+    from . import eccl_installed
+
     kernels.register("XLA")
     _register_serialization()
-    eccl.register("xla")
+    if eccl_installed():
+        eccl.register("xla")
 
     mod = types.ModuleType("torch_gcu")
     mod.__version__ = "1.10.0+sim"
@@ -118,7 +121,7 @@ def build() -> types.ModuleType:
     mod.unlazy = unlazy
     mod.sync_lived_tensor = sync_lived_tensor
     mod.amp = _amp_module()
-    mod.distributed = _distributed_module()
+    mod.distributed = _distributed_module() if eccl_installed() else None
     mod.nn = types.ModuleType("torch_gcu.nn")
     mod.nn.parallel = types.ModuleType("torch_gcu.nn.parallel")
     mod.nn.parallel.DistributedDataParallel = DistributedDataParallel
@@ -128,5 +131,6 @@ def build() -> types.ModuleType:
         ("nn", mod.nn),
         ("nn.parallel", mod.nn.parallel),
     ):
-        sys.modules[f"torch_gcu.{name}"] = sub
+        if sub is not None:  # a missing ECCL: 'import torch_gcu.distributed' fails
+            sys.modules[f"torch_gcu.{name}"] = sub
     return mod

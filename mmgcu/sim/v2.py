@@ -45,9 +45,12 @@ def build() -> types.ModuleType:
     torch._register_device_module("gcu", gcu)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
 
-    eccl.register("gcu")
+    from . import eccl_installed
+
+    if eccl_installed():
+        eccl.register("gcu")
     # torch_gcu 2.x adds this to torch.distributed; the simulator does what it does.
-    torch.distributed.is_eccl_available = lambda: True
+    torch.distributed.is_eccl_available = eccl_installed
 
     mod = types.ModuleType("torch_gcu")
     mod.__version__ = f"{torch.__version__.split('+')[0]}+sim"
