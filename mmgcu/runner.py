@@ -24,7 +24,7 @@ from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
 from .device import GCUError, get_backend
-from .dist import init_distributed
+from .dist import device_group, init_distributed
 from .hooks import GCUDevicePlacementHook
 from .model import GCUDistributedDataParallel
 
@@ -178,8 +178,11 @@ class GCURunner(Runner):
                     find_unused_parameters=self.cfg.get("find_unused_parameters", False),
                 )
         elif issubclass(wrapper, torch.nn.parallel.DistributedDataParallel):
+            # A user's own DDP subclass: the card's arguments and card-tensor group too.
             for key, value in backend.ddp_device_kwargs(self.card).items():
                 cfg.setdefault(key, value)
+            if device_group() is not None:
+                cfg.setdefault("process_group", device_group())
         return MODEL_WRAPPERS.build(cfg, default_args=dict(module=model))
 
     # -- stock components that assume CUDA: their GCU counterparts ------------------

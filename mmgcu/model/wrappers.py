@@ -1,6 +1,6 @@
 """``GCUDistributedDataParallel``: mmengine's DDP wrapper for GCU cards."""
 
-from typing import Dict, Type
+from typing import Dict, Tuple, Type
 
 import torch
 from mmengine.model import MMDistributedDataParallel
@@ -9,14 +9,15 @@ from mmengine.registry import MODEL_WRAPPERS
 from ..device import GCUError, get_backend
 from ..dist import device_group
 
-_bases: Dict[Type, Type] = {}
+_rebased: Dict[Tuple[Type, Type], Type] = {}
 
 
 def _on_base(cls: Type, base: Type) -> Type:
     """``cls`` re-based on a vendor DDP class (torch_gcu 1.x has its own)."""
-    if base not in _bases:
-        _bases[base] = type(cls.__name__, (cls, base), {"__module__": cls.__module__})
-    return _bases[base]
+    key = (cls, base)
+    if key not in _rebased:
+        _rebased[key] = type(cls.__name__, (cls, base), {"__module__": cls.__module__})
+    return _rebased[key]
 
 
 def misplaced(module: torch.nn.Module, device: torch.device):
