@@ -6,6 +6,7 @@ places where stock mmengine assumes CUDA: the distributed set-up (``setup_env``)
 model placement (``wrap_model``); everything else is mmengine's.
 """
 
+import contextlib
 import copy
 import logging
 import os
@@ -58,6 +59,21 @@ def _has_sync_bn(model: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()) or any(
         type(m).__name__ == "SyncBatchNorm" for m in model.modules()
     )
+
+
+@contextlib.contextmanager
+def _full_unpickling():
+    """torch.load as before torch 2.6 (no-op there), for the duration of the block."""
+    name = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+    previous = os.environ.get(name)
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous
 
 
 def _batch_devices(data):
@@ -218,6 +234,16 @@ class GCURunner(Runner):
         if self._on_gcu():
             hooks = [_gcu_counterpart(h) for h in hooks]
         super().register_custom_hooks(hooks)
+
+    def load_checkpoint(self, filename, *args, **kwargs):
+        """mmengine's loading of the checkpoint the config names (``load_from``/``resume``).
+
+        mmengine 0.10.7 calls ``torch.load`` without ``weights_only``; torch >= 2.6 then
+        refuses its checkpoints (they pickle a HistoryBuffer and numpy objects). This
+        keeps mmengine's trust in the user's own checkpoint, for these loads only.
+        """
+        with _full_unpickling():
+            return super().load_checkpoint(filename, *args, **kwargs)
 
     @master_only
     def save_checkpoint(self, out_dir, filename, *args, **kwargs):
