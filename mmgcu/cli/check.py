@@ -9,6 +9,8 @@ the logs) and prints one line: OK, or the first failure with its fix. Exit statu
 """
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,9 @@ from typing import List, Optional
 from . import check_worker as worker
 
 PREFIX = "mmgcu check: "
+_EXCEPTION = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt): .*$", re.M)
+# torchrun's summary when a worker fails: the rank and exit code it saw fail first.
+_ROOT_CAUSE = re.compile(r"Root Cause.*?\brank\s*:\s*(\d+).*?\bexitcode\s*:\s*(-?\d+)", re.S)
 #: Grace for torchrun to stop its workers after SIGTERM, before SIGKILL.
 KILL_GRACE_S = 10.0
 
@@ -29,7 +34,8 @@ def add_parser(sub) -> None:
     parser = sub.add_parser(
         "check",
         help="launch one process per card and prove collectives and DDP training",
-        description=__doc__.split("\n\n")[0],
+        description="Launch one process per card with torchrun; check collectives on the "
+        "cards and that DDP training matches one card. Prints one line: OK or the failure.",
     )
     parser.add_argument(
         "--cards",
@@ -80,6 +86,7 @@ def ranks_to_launch(cards: Optional[int]) -> int:
 
 
 def run(args) -> int:
+    """``mmgcu check``: one line on stdout and status 0, or one FAILED line and status 1."""
     started = time.time()
     try:
         nproc = ranks_to_launch(args.cards)
@@ -94,7 +101,10 @@ def run(args) -> int:
     except CheckError as e:
         print(f"{PREFIX}FAILED: {e} (logs: {out})", file=sys.stderr)
         return 1
-    _remove(out)
+    except KeyboardInterrupt:  # the run was stopped by launch(); keep its logs
+        print(f"{PREFIX}FAILED: interrupted (logs: {out})", file=sys.stderr)
+        return 130
+    shutil.rmtree(out, ignore_errors=True)
     print(line)
     return 0
 
@@ -106,7 +116,8 @@ def launch(args, nproc: int, out: str, started: float) -> str:
     cmd += ["--steps", str(args.steps), "--device", args.device, "--timeout", str(args.timeout)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its warning
-    with open(os.path.join(out, "launcher.log"), "w") as log:
+    log_path = os.path.join(out, "launcher.log")
+    with open(log_path, "w") as log:
         # A session of its own, so a timeout can stop torchrun and nothing else.
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -119,10 +130,11 @@ def launch(args, nproc: int, out: str, started: float) -> str:
         finally:
             _stop(proc, out)
     results = worker.read_results(out)
-    return judge(results, nproc, proc.returncode, timed_out, args, time.time() - started)
+    took = time.time() - started
+    return judge(results, nproc, proc.returncode, timed_out, args, took, log_path)
 
 
-def judge(results, nproc: int, code: Optional[int], timed_out: bool, args, took: float) -> str:
+def judge(results, nproc, code: Optional[int], timed_out: bool, args, took: float, log: str) -> str:
     """The success summary from the workers' results, or the CheckError that explains why not."""
     failed = [r for r in results.values() if r.get("ok") is False]
     if failed:
@@ -134,8 +146,8 @@ def judge(results, nproc: int, code: Optional[int], timed_out: bool, args, took:
     missing = [r for r in range(nproc) if results.get(r, {}).get("ok") is not True]
     if code != 0 or missing:
         raise CheckError(
-            f"torchrun exited with status {code}; rank(s) {_ids(missing)} gave no result "
-            f"({_laggards(results, nproc)}). The log shows the traceback."
+            f"torchrun exited with status {code} before every rank finished: "
+            f"{_laggards(results, nproc)}{_last_error(log)}"
         )
     rank0 = results[0]
     cards = len({r.get("device") for r in results.values()})
@@ -151,23 +163,43 @@ def judge(results, nproc: int, code: Optional[int], timed_out: bool, args, took:
 
 def _laggards(results, nproc: int) -> str:
     """Which ranks did not answer: those that never reported, or reached the fewest phases."""
+    from ..device import physical_card
+
     phases = worker.PHASES
     reached = {r: phases.index(results[r]["phase"]) if r in results else -1 for r in range(nproc)}
     furthest = max(reached.values())
+    if furthest < 0:
+        return f"none of the {nproc} ranks reported, so the workers did not start"
     behind = [r for r in range(nproc) if reached[r] < furthest]
     if not behind:
         return (
-            f"all {nproc} ranks stopped in '{phases[furthest]}' (a collective that never "
-            "completed: check ECCL with 'mmgcu env' and the cards with efsmi)"
+            f"all {nproc} ranks stopped in '{phases[furthest]}', so a collective never "
+            "completed: check ECCL with 'mmgcu env' and the cards with efsmi"
         )
-    silent = [r for r in behind if reached[r] < 0]
-    slow = [f"rank {r} stuck in '{phases[reached[r]]}'" for r in behind if reached[r] >= 0]
-    said = [f"rank(s) {_ids(silent)} never started"] if silent else []
-    ahead = [r for r in range(nproc) if reached[r] == furthest]
+    where = [
+        f"rank {r} (card {physical_card(r)}) "
+        + ("never reported" if reached[r] < 0 else f"stopped in '{phases[reached[r]]}'")
+        for r in behind
+    ]
+    ahead = _ids([r for r in range(nproc) if reached[r] == furthest])
     return (
-        f"{'; '.join(said + slow)} while rank(s) {_ids(ahead)} reached "
-        f"'{phases[furthest]}'; the rank(s) behind did not answer (check that card with efsmi)"
+        f"{'; '.join(where)}, while rank(s) {ahead} reached '{phases[furthest]}'. Check "
+        "that card with efsmi, or raise --timeout if the machine is only slow"
     )
+
+
+def _last_error(log: str) -> str:
+    """For ranks that died before writing a result: torchrun's root cause and the last error."""
+    with open(log, errors="replace") as f:
+        text = f.read()
+    said = []
+    root = _ROOT_CAUSE.search(text)
+    if root:
+        said.append(f"torchrun saw rank {root.group(1)} fail first (exit code {root.group(2)})")
+    errors = [m.strip() for m in _EXCEPTION.findall(text) if "ChildFailedError" not in m]
+    if errors:
+        said.append(f"last error in the log: {errors[-1]}")
+    return "".join(f"; {x}" for x in said)
 
 
 def _ids(ranks: List[int]) -> str:
@@ -207,9 +239,3 @@ def _is_our_worker(pid: int) -> bool:
             return worker.__name__.encode() in f.read()
     except OSError:
         return False
-
-
-def _remove(out: str) -> None:
-    for name in os.listdir(out):
-        os.remove(os.path.join(out, name))
-    os.rmdir(out)

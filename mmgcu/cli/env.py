@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict
 
 VISIBLE_VARS = ("TOPS_VISIBLE_DEVICES", "ENFLAME_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 ECCL_PREFIXES = ("ECCL_", "TORCH_ECCL_")
+ECCL_MISSING = "ECCL is not available: "  # how the backends' GCUError starts
 #: Where TopsRider installs; only files found there are reported, nothing is assumed.
 TOPSRIDER_ROOT = "/usr/local/topsrider"
 
@@ -28,7 +29,7 @@ def add_parser(sub) -> None:
     parser = sub.add_parser(
         "env",
         help="report the software stack, the GCU cards and the ECCL set-up",
-        description=__doc__.split("\n\n")[0],
+        description="Print versions, GCU cards and the ECCL set-up, to paste into an issue.",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.set_defaults(func=run)
@@ -87,7 +88,9 @@ def topsrider_version() -> str:
 def _torch_gcu(backend) -> str:
     """The backend's description, or why torch_gcu was not found (the fallback says it)."""
     if backend.is_gcu:
-        return backend.description
+        from .. import sim
+
+        return ("SIMULATED " if sim.is_installed() else "") + backend.description
     base = type(backend).description
     why = backend.description
     if why.endswith("; " + base):
@@ -133,7 +136,10 @@ def _dist(backend) -> Dict[str, Any]:
             backend.check_dist_backend()
             info["ECCL"] = "available"
         except GCUError as e:
-            info["ECCL"] = f"NOT available: {e}"
+            why = str(e)
+            if why.startswith(ECCL_MISSING):
+                why = why[len(ECCL_MISSING) :]
+            info["ECCL"] = f"NOT available: {why}"
     info["process group"] = backend.default_group_backend
     info["card-tensor group"] = backend.device_group_backend or "the default group"
     eccl = OrderedDict(
@@ -154,7 +160,7 @@ def collect_env() -> Dict[str, Any]:
 
     info = OrderedDict()  # type: Dict[str, Any]
     if sim.is_installed():
-        info["SIMULATED"] = (
+        info["torch_gcu simulator"] = (
             f"SIMULATED ({sim.state.api} API, {sim.state.cards} cards): torch_gcu is "
             "mmgcu.sim on host memory, not Enflame hardware"
         )
@@ -175,7 +181,8 @@ def collect_env() -> Dict[str, Any]:
     info["mmcv ops compiled"] = _mmcv_ops()
     info["mmseg"] = _version("mmseg")
     if not isinstance(backend, str):
-        info["device"] = f"{backend.name}: {backend.description}"
+        fallback = "" if backend.is_gcu else " (fallback)"
+        info["device"] = f"{backend.name}{fallback}: {backend.description}"
         cards = _safe(lambda: _cards(backend))
         info.update(cards if isinstance(cards, dict) else {"cards": cards})
     for name in VISIBLE_VARS:

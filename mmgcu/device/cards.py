@@ -57,7 +57,8 @@ def efsmi_cards(timeout: float = 10.0) -> Optional[List[Tuple[int, str]]]:
 def count_cards() -> Tuple[int, str]:
     """How many cards this node offers, and where the number came from."""
     visible = visible_devices()
-    simulated = os.environ.get("MMGCU_SIMULATE")
+    simulated = os.environ.get("MMGCU_SIMULATE", "")
+    simulated = simulated if simulated.isdigit() else None
     if visible is not None:
         count = len(visible)
         if simulated:

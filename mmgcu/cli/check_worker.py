@@ -1,0 +1,249 @@
+"""One rank of ``mmgcu check``, started by torchrun (``-m mmgcu.cli.check_worker``).
+
+It does what a training job does first, through mmgcu only: take the rank's card and
+create the process group (:func:`mmgcu.dist.init_distributed`), run collectives on card
+tensors and on CPU objects, then train a small deterministic model with
+:class:`~mmgcu.model.GCUDistributedDataParallel`. Rank 0 trains the same steps on one card
+over the whole batch; a mean loss makes both equal up to float error, so any difference
+means gradients were not averaged across cards.
+
+Progress and the result go to ``<out>/rank<N>.json`` (rewritten atomically at each
+phase), so the launcher can tell which rank failed or stopped answering without reading
+logs. The top-level imports are the standard library only: the launcher imports this
+module for :func:`read_results`.
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+import traceback
+from collections import OrderedDict
+from typing import Dict, List, Optional
+
+#: The phases a rank reports, in order.
+PHASES = ("start", "init", "collectives", "ddp", "done")
+SEED = 2024
+TOLERANCE = 1e-5
+FEATURES, HIDDEN, OUTPUTS, ROWS_PER_RANK = 8, 16, 4, 4
+
+
+class CheckFailed(Exception):
+    """A result that is wrong (as opposed to a crash): the message names the op and ranks."""
+
+
+class Report:
+    """This rank's JSON file: phase, pid (so the launcher can clean up) and the outcome."""
+
+    def __init__(self, out: str, rank: int):
+        self.path = os.path.join(out, f"rank{rank}.json")
+        self.data = {"rank": rank, "pid": os.getpid(), "ok": None}
+
+    def update(self, **values) -> None:
+        self.data.update(values, time=time.time())
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f)
+        os.replace(tmp, self.path)
+
+
+def read_results(out: str) -> Dict[int, dict]:
+    """The latest report of every rank that wrote one, by rank."""
+    results = {}
+    for path in glob.glob(os.path.join(out, "rank*.json")):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        results[int(data["rank"])] = data
+    return results
+
+
+def check_collectives(dist, device, group, rank: int, world: int) -> None:
+    """all_reduce, broadcast and all_gather on card tensors; all_gather_object on CPU.
+
+    Every rank checks its own values, then the ranks swap their findings with
+    all_gather_object, so each one can name every rank that got a wrong value.
+    """
+    import torch
+
+    wrong = []  # type: List[List[str]]
+
+    def expect(op: str, tensor, value: float) -> None:
+        if tensor.device != device:
+            wrong.append([op, f"rank {rank} got its result on {tensor.device}, not {device}"])
+            return
+        got = tensor.cpu()
+        if not torch.allclose(got, torch.full_like(got, value)):
+            wrong.append([op, f"rank {rank} got {got.tolist()}, expected {value}"])
+
+    t = torch.full((4,), float(rank + 1), device=device)
+    dist.all_reduce(t, group=group)
+    expect("all_reduce(sum)", t, world * (world + 1) / 2)
+
+    src = world - 1  # a root other than rank 0, where there is one
+    t = torch.full((4,), float(rank + 1 if rank == src else -1), device=device)
+    dist.broadcast(t, src=src, group=group)
+    expect(f"broadcast(from rank {src})", t, float(src + 1))
+
+    outs = [torch.zeros(4, device=device) for _ in range(world)]
+    dist.all_gather(outs, torch.full((4,), float(rank + 1), device=device), group=group)
+    for i, o in enumerate(outs):
+        expect(f"all_gather(slot {i})", o, float(i + 1))
+
+    found = [None] * world  # type: List[Optional[dict]]
+    dist.all_gather_object(found, {"rank": rank, "device": str(device), "wrong": wrong})
+    misplaced = [i for i, o in enumerate(found) if not isinstance(o, dict) or o["rank"] != i]
+    if misplaced:
+        raise CheckFailed(
+            f"all_gather_object returned wrong objects in slot(s) {misplaced} on rank {rank}: "
+            "the default (CPU) group mixes up ranks"
+        )
+    by_op = OrderedDict()  # type: Dict[str, List[str]]
+    for o in found:
+        for op, detail in o["wrong"]:
+            by_op.setdefault(op, []).append(detail)
+    for op, details in by_op.items():
+        ranks = ",".join(d.split()[1] for d in details)
+        raise CheckFailed(
+            f"{op} on {device.type} cards gave wrong values on rank(s) {ranks} of {world}: "
+            f"{details[0]}. The card collectives are broken: check ECCL ('mmgcu env') "
+            "and the ECCL_* variables."
+        )
+
+
+def _model(torch):
+    torch.manual_seed(SEED)
+    return torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUTPUTS)
+    )
+
+
+def _train(torch, backend, model, x, y, steps: int) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        backend.optimizer_step(optimizer, tensors=[loss], model=model)
+
+
+def _flat(torch, model):
+    return torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()])
+
+
+def check_ddp(dist, backend, device, rank: int, world: int, steps: int) -> Optional[float]:
+    """Train ``steps`` DDP steps on this rank's shard; rank 0 returns the max difference.
+
+    The weights of every rank are compared with the same steps on one card (rank 0's)
+    over the whole batch, and every parameter must still be on this rank's card.
+    """
+    import copy
+
+    import torch
+
+    from ..model import GCUDistributedDataParallel
+    from ..model.wrappers import misplaced
+
+    model = _model(torch)
+    single = copy.deepcopy(model) if rank == 0 else None
+    gen = torch.Generator().manual_seed(SEED)
+    x = torch.randn(ROWS_PER_RANK * world, FEATURES, generator=gen)
+    y = torch.randn(ROWS_PER_RANK * world, OUTPUTS, generator=gen)
+    shard = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
+
+    ddp = GCUDistributedDataParallel(model.to(device), broadcast_buffers=False)
+    _train(torch, backend, ddp, x[shard].to(device), y[shard].to(device), steps)
+    wrong = misplaced(ddp.module, device)
+    if wrong:
+        shown = ", ".join(f"{n} on {d}" for n, d in wrong[:5])
+        raise CheckFailed(f"after {steps} DDP steps, rank {rank} has tensors off {device}: {shown}")
+
+    max_diff = None
+    if rank == 0:
+        single = single.to(device)
+        _train(torch, backend, single, x.to(device), y.to(device), steps)
+        reference = _flat(torch, single)
+    weights = [None] * world
+    dist.all_gather_object(weights, _flat(torch, ddp.module))
+    if rank == 0:
+        diffs = [float((w - reference).abs().max()) for w in weights]
+        max_diff = max(diffs)
+        bad = [str(r) for r, d in enumerate(diffs) if not d <= TOLERANCE]
+        if bad:
+            raise CheckFailed(
+                f"after {steps} DDP steps the weights of rank(s) {','.join(bad)} differ from "
+                f"the same steps on one card by up to {max_diff:.2e} (tolerance "
+                f"{TOLERANCE:g}): DDP does not train like one card (are gradients averaged "
+                "across cards?). Check the "
+                "process-group backend and ECCL with 'mmgcu env'."
+            )
+    return max_diff
+
+
+def run_checks(args, report: Report) -> dict:
+    """Card, group, collectives, DDP; returns what the launcher's summary line needs."""
+    import torch.distributed as dist
+
+    from .. import sim
+    from ..device import get_backend
+    from ..dist import device_group, init_distributed
+
+    rank, world = dist_env()
+    backend = get_backend(args.device)
+    report.update(phase="init", generation=backend.name)
+    card = init_distributed(backend, "pytorch", timeout=args.timeout)
+    device = backend.device(card)
+    report.update(phase="collectives", device=str(device))
+    check_collectives(dist, device, device_group(), rank, world)
+    report.update(phase="ddp")
+    max_diff = check_ddp(dist, backend, device, rank, world, args.steps)
+    return dict(
+        max_diff=max_diff,
+        is_gcu=backend.is_gcu,
+        device_type=backend.device_type,
+        dist_backend=backend.facts()["dist_backend"],
+        simulated=sim.is_installed(),
+    )
+
+
+def dist_env():
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mmgcu.cli.check_worker")
+    parser.add_argument("--out", required=True, help="folder for rank<N>.json")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+
+    from ..device import GCUError
+
+    report = Report(args.out, dist_env()[0])
+    report.update(phase="start")
+    code = 1
+    try:
+        report.update(ok=True, phase="done", **run_checks(args, report))
+        code = 0
+    except CheckFailed as e:
+        report.update(ok=False, kind="check", error=str(e))
+    except GCUError as e:  # mmgcu's own messages name the fix: pass them through
+        report.update(ok=False, kind="setup", error=str(e))
+    except Exception as e:
+        traceback.print_exc()
+        report.update(ok=False, kind="crash", error=f"{type(e).__name__}: {e}")
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Run the ``mmgcu`` command in a fresh process, as a user would."""
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO, clean_env
+
+FAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")
+
+
+def mmgcu(*args, timeout=120, fault=None, **env):
+    """``python -m mmgcu.cli ARGS`` with ``env`` added to a clean environment.
+
+    ``fault`` puts ``faults/sitecustomize.py`` on the path of every process of the run and
+    names the fault for rank 1 (``MMGCU_TEST_FAULT``).
+    """
+    env = clean_env(**env)
+    if fault:
+        env["PYTHONPATH"] = FAULTS + os.pathsep + env["PYTHONPATH"]
+        env["MMGCU_TEST_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "mmgcu.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
