@@ -1,9 +1,11 @@
 """``GCURunner``: mmengine's Runner, placed on GCU cards.
 
 Selected by ``runner_type='GCURunner'`` (``configs/_base_/gcu_runtime.py`` sets it), so
-the stock ``tools/train.py`` of mmsegmentation runs unchanged. It replaces the two
-places where stock mmengine assumes CUDA: the distributed set-up (``setup_env``) and the
-model placement (``wrap_model``); everything else is mmengine's.
+the stock ``tools/train.py`` of mmsegmentation runs unchanged. It overrides where stock
+mmengine assumes CUDA: the distributed set-up (``setup_env``), the model placement
+(``wrap_model``), seeding, and the building of components that are CUDA-only in mmengine
+(``GCU_COUNTERPARTS``). It adds a one-time placement check and atomic checkpoint writes;
+everything else is mmengine's.
 """
 
 import contextlib
@@ -120,7 +122,8 @@ class GCURunner(Runner):
       CPU), ``'gcu'`` (either GCU generation, or stop), ``'v2'``, ``'legacy'``,
       ``'cuda'`` or ``'cpu'``.
     - ``env_cfg.dist_cfg.backend``: left out, ``'eccl'`` or ``'nccl'`` all mean the
-      device's backend; ``'gloo'`` is refused on a GCU (it cannot carry card tensors).
+      device's backend; ``'gloo'`` is refused on torch_gcu 2.x (it cannot carry card
+      tensors) and is the default group on 1.x (card tensors have an ECCL group).
     - ``gcu_placement_check``: ``False`` to drop :class:`GCUDevicePlacementHook`.
     """
 
