@@ -507,3 +507,18 @@ def test_register_hooks_without_placement_check():
 
     assert placement_hooks(runner) == []
     assert len(runner._hooks) == 6
+
+
+# -- seeding ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("diff_rank_seed", [False, True])
+def test_set_randomness_seeds_the_cards(diff_rank_seed, monkeypatch):
+    """torch_gcu 1.x is not reached by torch.manual_seed: the runner must seed the cards."""
+    runner = make_runner()
+    runner.device_backend = mock.Mock()
+    monkeypatch.setattr("mmengine.runner.utils.get_rank", lambda: 3)
+    runner.set_randomness(seed=7, diff_rank_seed=diff_rank_seed)
+    expected = 7 + 3 if diff_rank_seed else 7
+    assert runner._seed == expected
+    runner.device_backend.manual_seed_all.assert_called_once_with(expected)
