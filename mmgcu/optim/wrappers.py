@@ -92,7 +92,9 @@ class GCUAmpOptimWrapper(AmpOptimWrapper):
         grads = [
             p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None
         ]
-        if all(bool(torch.isfinite(g).all()) for g in grads):
+        # One host sync for all gradients (each sync runs the lazy graph on 1.x).
+        finite = torch.stack([torch.isfinite(g).all() for g in grads]).all() if grads else True
+        if bool(finite):
             _step(self, **kwargs)
         self.loss_scaler.update(self._scale_update_param)
 

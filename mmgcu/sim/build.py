@@ -15,11 +15,15 @@ SOURCE = osp.join(osp.dirname(__file__), "csrc", "gcu_sim.cpp")
 
 def load_extension(verbose: bool = False):
     """Return the compiled extension module, building it under a lock if needed."""
+    import torch
     from torch.utils.cpp_extension import _get_build_directory, load
 
     with open(SOURCE, "rb") as f:
-        digest = hashlib.sha1(f.read()).hexdigest()[:10]
-    name = f"mmgcu_sim_{digest}"  # a new source gets a new build, never a stale one
+        source = f.read()
+    # A build per source, checkout and torch: ninja records the source's path, so two
+    # checkouts sharing one build folder would rebuild each other's on every start.
+    key = source + osp.abspath(SOURCE).encode() + torch.__version__.encode()
+    name = f"mmgcu_sim_{hashlib.sha1(key).hexdigest()[:10]}"
     build_dir = _get_build_directory(name, verbose)
     with open(osp.join(build_dir, ".mmgcu.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
