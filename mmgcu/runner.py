@@ -183,6 +183,15 @@ class GCURunner(Runner):
             model = revert_sync_batchnorm(model)
 
         cfg = copy.deepcopy(model_wrapper_cfg) if model_wrapper_cfg else {}
+        for key in ("device_ids", "output_device"):
+            given = cfg.pop(key, None)
+            if given is not None:  # one config serves every rank: no value fits them all
+                raise GCUError(
+                    f"model_wrapper_cfg.{key}={given}, but each rank trains on its own card "
+                    f"(this one on {backend.device(self.card)}), which one config value "
+                    f"cannot name for every rank. Remove {key} from model_wrapper_cfg: "
+                    "mmgcu sets it for every rank."
+                )
         if cfg.get("type", "GCUDistributedDataParallel") in _STOCK_DDP + (
             MMDistributedDataParallel,
             torch.nn.parallel.DistributedDataParallel,
@@ -257,9 +266,14 @@ class GCURunner(Runner):
         """
         if "://" in str(out_dir):  # a remote backend: its own write semantics
             return super().save_checkpoint(out_dir, filename, *args, **kwargs)
-        partial = f".{filename}.partial"
-        super().save_checkpoint(out_dir, partial, *args, **kwargs)
-        os.replace(osp.join(out_dir, partial), osp.join(out_dir, filename))
+        partial = osp.join(out_dir, f".{filename}.partial")
+        try:
+            super().save_checkpoint(out_dir, osp.basename(partial), *args, **kwargs)
+        except BaseException:
+            if osp.exists(partial):  # e.g. a full disk: give the space back
+                os.remove(partial)
+            raise
+        os.replace(partial, osp.join(out_dir, filename))
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
         """mmengine's hooks, plus the placement check unless the config turns it off."""

@@ -187,19 +187,24 @@ def test_cfg_without_type_becomes_gcu_ddp(v2, torch_ddp):
     assert "broadcast_buffers" not in torch_ddp[0]
 
 
-def test_stock_device_ids_of_the_rank_are_accepted(v2, torch_ddp):
-    cfg = dict(type="MMDistributedDataParallel", device_ids=[CARD])
+@pytest.mark.parametrize(
+    "key,value", [("device_ids", [CARD]), ("device_ids", [0]), ("output_device", CARD)]
+)
+def test_config_device_ids_are_refused_on_every_rank(v2, torch_ddp, key, value):
+    """One config serves all ranks: even the value right for this rank is wrong for others."""
+    cfg = dict(type="MMDistributedDataParallel", **{key: value})
+
+    with pytest.raises(GCUError, match=f"model_wrapper_cfg.{key}=.*Remove {key}"):
+        make_runner(v2).wrap_model(cfg, ConvBN())
+    assert torch_ddp == []
+
+
+def test_config_device_ids_none_is_dropped(v2, torch_ddp):
+    cfg = dict(type="MMDistributedDataParallel", device_ids=None, output_device=None)
 
     make_runner(v2).wrap_model(cfg, ConvBN())
 
-    assert torch_ddp[0]["device_ids"] == [CARD]
-
-
-def test_stock_device_ids_of_another_card_are_refused(v2, torch_ddp):
-    cfg = dict(type="MMDistributedDataParallel", device_ids=[0])
-
-    with pytest.raises(GCUError, match=f"trains on card {CARD}"):
-        make_runner(v2).wrap_model(cfg, ConvBN())
+    assert torch_ddp[0]["device_ids"] == [CARD] and torch_ddp[0]["output_device"] == CARD
 
 
 def test_user_ddp_subclass_gets_the_device_kwargs(v2, torch_ddp, user_ddp):
