@@ -5,6 +5,9 @@ writes the card tensor in place. Like ECCL, it carries only card tensors: a CPU 
 gets a route only when the group was created with one (``cpu:gloo,gcu:eccl``).
 """
 
+import atexit
+import weakref
+
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllreduceOptions, _create_work_from_future
@@ -18,6 +21,13 @@ def _done(result):
     return _create_work_from_future(future)
 
 
+def _release(ref) -> None:
+    group = ref()
+    if group is not None and group._gloo is not None:
+        gloo, group._gloo = group._gloo, None
+        gloo.shutdown()
+
+
 class SimECCL(dist.ProcessGroup):
     """ECCL for simulated cards, over a ``ProcessGroupGloo`` built from the same store."""
 
@@ -25,6 +35,11 @@ class SimECCL(dist.ProcessGroup):
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._cpu_route = None
+        # Stock scripts never destroy the group. A gloo backend owned from Python and left
+        # to interpreter teardown can abort the process ("terminate called without an
+        # active exception"); a real ECCL exits cleanly, so release gloo while Python is
+        # still whole.
+        atexit.register(_release, weakref.ref(self))
 
     def getBackendName(self):
         return "eccl"

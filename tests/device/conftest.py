@@ -1,7 +1,5 @@
 """Fake torch_gcu modules of both generations, so the device layer is tested without a card."""
 
-import importlib.util
-import os
 import sys
 import types
 from types import SimpleNamespace
@@ -10,17 +8,7 @@ from unittest import mock
 import pytest
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# mmgcu/__init__.py imports the runner, which needs mmengine; the device layer does not.
-# Without mmengine, load mmgcu as a bare package so its device modules can still be tested.
-if importlib.util.find_spec("mmengine") is None and "mmgcu" not in sys.modules:
-    _pkg = types.ModuleType("mmgcu")
-    _pkg.__path__ = [os.path.join(REPO, "mmgcu")]
-    _pkg.__file__ = os.path.join(REPO, "mmgcu", "__init__.py")
-    sys.modules["mmgcu"] = _pkg
-
-from mmgcu import device  # noqa: E402
+from mmgcu import device
 
 #: What torch_gcu 2.x puts on ``torch.gcu`` and the backend uses.
 V2_API = [

@@ -3,21 +3,14 @@
 import glob
 import json
 import os.path as osp
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO, clean_env
+from tests.conftest import REPO, clean_env, free_port  # noqa: F401 (re-exported)
 
 TINY = osp.join(REPO, "configs", "tiny", "fcn_r18-tiny_8xgcu_synthetic-64x64.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mmseg_tool(name: str) -> str:

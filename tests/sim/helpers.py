@@ -8,12 +8,11 @@ installed (``test_install.py`` covers the ``import mmgcu`` route).
 """
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
-from tests.conftest import REPO, clean_env, last_json, run_python
+from tests.conftest import REPO, clean_env, free_port, last_json, run_python
 
 DEVICE_TYPE = {"v2": "gcu", "legacy": "xla"}
 
@@ -42,12 +41,6 @@ def run_sim(code, api="v2", cards=8, timeout=300, check=True, **env):
 def sim_json(code, api="v2", cards=8, **env):
     """Run ``code`` on the simulator and return the last JSON line it printed."""
     return last_json(run_sim(code, api=api, cards=cards, **env).stdout)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(code, world_size=2, timeout=240, **env):
