@@ -18,13 +18,23 @@ env_cfg = dict(
     dist_cfg=dict(backend="eccl", timeout=1800),
 )
 
+# DDP performance options (GCUDistributedDataParallel passes them to the generation's DDP).
 model_wrapper_cfg = dict(
     type="GCUDistributedDataParallel",
-    # Buffers (BN statistics) are not re-broadcast each step: SyncBN or per-rank BN
-    # is the model's choice, and a broadcast per forward costs a collective.
+    # Buffers (BN statistics) are not re-broadcast each step: SyncBN or per-rank BN is the
+    # model's choice, and a broadcast per forward costs a collective (mmengine's default too).
     broadcast_buffers=False,
     # mmseg models use every parameter in the loss; finding unused ones costs a graph walk.
     find_unused_parameters=False,
+    # torch's default. Larger buckets mean fewer, larger ECCL all-reduces; tune it on the
+    # hardware (no ECCL figures are published), e.g. 50-100 for ViT-B.
+    bucket_cap_mb=25,
+    # torch's default (False). True saves one gradient-sized copy of memory per step, but
+    # gradients then alias DDP's buckets: enable it after checking your hooks do not keep
+    # or resize .grad. Supported by torch >= 1.7, so by the T20's torch 1.10.
+    gradient_as_bucket_view=False,
+    # static_graph=True (torch >= 1.11 only, so not set here: the T20's torch 1.10 DDP has
+    # no such argument) skips per-step graph checks for models whose graph never changes.
 )
 
 # GCURunner also maps stock OptimWrapper/AmpOptimWrapper, ValLoop/TestLoop, LogProcessor
