@@ -25,6 +25,22 @@ def device_group():
     return _device_group
 
 
+# How a collective reports a peer process that has gone (gloo's TCP transport; the
+# simulated ECCL runs over it). torch >= 2.1 device backends raise ``DistError``.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective failing because another rank has stopped.
+
+    Such a rank is a casualty: the error worth reading is the other rank's.
+    """
+    dist_error = getattr(torch_dist, "DistError", None)  # not in torch 1.10
+    if dist_error is not None and isinstance(exc, dist_error):
+        return True
+    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _PEER_GONE)
+
+
 def local_rank(launcher: str) -> int:
     """This process's rank on its node, from the launcher's environment."""
     names = {

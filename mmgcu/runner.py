@@ -13,6 +13,7 @@ import copy
 import logging
 import os
 import os.path as osp
+import time
 
 import torch
 from mmengine.dist import is_distributed, master_only
@@ -27,7 +28,7 @@ from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
 from .device import GCUError, get_backend
-from .dist import device_group, init_distributed
+from .dist import device_group, init_distributed, lost_peer
 from .hooks import GCUDevicePlacementHook
 from .model import GCUDistributedDataParallel
 
@@ -126,6 +127,9 @@ class GCURunner(Runner):
       tensors) and is the default group on 1.x (card tensors have an ECCL group).
     - ``gcu_placement_check``: ``False`` to drop :class:`GCUDevicePlacementHook`.
     """
+
+    # Seconds a rank whose collective lost a peer waits before it exits (see _casualty).
+    peer_loss_grace_s = 10.0
 
     def setup_env(self, env_cfg: dict) -> None:
         """Choose the device, set this rank's card, then create the process group."""
@@ -282,3 +286,41 @@ class GCURunner(Runner):
             isinstance(h, GCUDevicePlacementHook) for h in self._hooks
         ):
             self.register_hook(GCUDevicePlacementHook())
+
+    def train(self) -> torch.nn.Module:
+        with self._casualty():
+            return super().train()
+
+    def val(self) -> dict:
+        with self._casualty():
+            return super().val()
+
+    def test(self) -> dict:
+        with self._casualty():
+            return super().test()
+
+    @contextlib.contextmanager
+    def _casualty(self):
+        """Let the rank that failed first be the one the launcher reports.
+
+        When a rank fails, its peers' collectives fail as soon as its connections close,
+        while it is still tearing down; a peer that exits first is what torchrun then
+        names as the root cause. A rank whose collective lost a peer says so and waits
+        (bounded) so the launcher sees the failed rank exit first and stops the job.
+        """
+        try:
+            yield
+        except Exception as exc:
+            if not (self.distributed and lost_peer(exc)):
+                raise
+            self.logger.error(
+                "rank %d: a collective failed because another rank stopped (%s: %s); "
+                "that rank's error is the cause. Waiting up to %.0f s for the launcher "
+                "to stop the job.",
+                self.rank,
+                type(exc).__name__,
+                str(exc).splitlines()[0][:200],
+                self.peer_loss_grace_s,
+            )
+            time.sleep(self.peer_loss_grace_s)
+            raise

@@ -522,3 +522,57 @@ def test_set_randomness_seeds_the_cards(diff_rank_seed, monkeypatch):
     expected = 7 + 3 if diff_rank_seed else 7
     assert runner._seed == expected
     runner.device_backend.manual_seed_all.assert_called_once_with(expected)
+
+
+# -- a rank whose collective lost a peer ------------------------------------------------
+
+PEER_GONE = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [::1]:24968")
+
+
+def failing_runner(method, error, launcher, monkeypatch):
+    runner = make_runner(launcher)
+    runner._rank = 1
+    runner.logger = mock.Mock()
+    monkeypatch.setattr(Runner, method, mock.Mock(side_effect=error))
+    sleeps = []
+    monkeypatch.setattr("mmgcu.runner.time.sleep", sleeps.append)
+    return runner, sleeps
+
+
+@pytest.mark.parametrize("method", ["train", "val", "test"])
+def test_a_rank_that_lost_a_peer_waits_for_the_launcher(method, monkeypatch):
+    runner, sleeps = failing_runner(method, PEER_GONE, "pytorch", monkeypatch)
+
+    with pytest.raises(RuntimeError) as raised:
+        getattr(runner, method)()
+
+    assert raised.value is PEER_GONE
+    assert sleeps == [GCURunner.peer_loss_grace_s]
+    fmt, *args = runner.logger.error.call_args.args
+    line = fmt % tuple(args)
+    assert line.startswith("rank 1: a collective failed because another rank stopped")
+    assert "Connection closed by peer" in line
+
+
+@pytest.mark.parametrize(
+    "error,launcher",
+    [(RuntimeError("injected fault"), "pytorch"), (PEER_GONE, "none")],
+    ids=["own-error", "single-process"],
+)
+def test_a_rank_that_failed_itself_exits_at_once(error, launcher, monkeypatch):
+    runner, sleeps = failing_runner("train", error, launcher, monkeypatch)
+
+    with pytest.raises(RuntimeError) as raised:
+        runner.train()
+
+    assert raised.value is error
+    assert sleeps == []
+    runner.logger.error.assert_not_called()
+
+
+def test_train_returns_mmengines_result(monkeypatch):
+    runner = make_runner("pytorch")
+    model = torch.nn.Linear(1, 1)
+    monkeypatch.setattr(Runner, "train", lambda self: model)
+
+    assert runner.train() is model

@@ -5,6 +5,7 @@ import os
 from unittest import mock
 
 import pytest
+import torch.distributed as torch_dist
 
 from mmgcu import dist as mdist
 from mmgcu.device import DeviceBackend, GCUError
@@ -332,3 +333,24 @@ def test_mpi_keeps_a_given_master(monkeypatch, new_group):
 def test_init_distributed_outside_the_launcher_is_a_gcu_error(new_group, launcher):
     with pytest.raises(GCUError, match=f"--launcher {launcher}"):
         mdist.init_distributed(fake_backend(), launcher)
+
+
+# -- lost_peer -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error,expected",
+    [
+        (RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:24968"), True),
+        (RuntimeError("[pair.cc:589] Read error [127.0.0.1]: Connection reset by peer"), True),
+        (RuntimeError("injected fault in rank 2"), False),
+        (ValueError("Connection closed by peer"), False),  # not from a collective
+    ],
+)
+def test_lost_peer_reads_gloo_errors(error, expected):
+    assert mdist.lost_peer(error) is expected
+
+
+@pytest.mark.skipif(not hasattr(torch_dist, "DistError"), reason="torch < 2.1")
+def test_lost_peer_takes_a_backend_error():
+    assert mdist.lost_peer(torch_dist.DistBackendError("ECCL watchdog: collective timed out"))
