@@ -11,6 +11,26 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: What the launchers (torchrun, srun, mpirun) and the card selection read from os.environ.
+LAUNCHER_VARS = (
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_NODELIST",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TOPS_VISIBLE_DEVICES",
+)
+
 
 def clean_env(**extra):
     """This environment without simulator/launcher variables, plus ``extra``."""

@@ -20,26 +20,8 @@ from mmgcu.device import GCUError, reset_backend
 from mmgcu.device.fallback import CpuBackend
 from mmgcu.hooks import GCUDevicePlacementHook
 from mmgcu.runner import GCURunner
+from tests.conftest import LAUNCHER_VARS
 from tests.model.fakes import INSTALL, install_cpu, install_cuda, install_legacy, install_v2
-
-LAUNCHER_VARS = (
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_NODELIST",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "RANK",
-    "WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TOPS_VISIBLE_DEVICES",
-)
 
 #: The ``init_process_group`` backend (and device-group backend) of each generation.
 GROUP_BACKEND = {

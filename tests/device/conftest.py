@@ -9,21 +9,7 @@ import pytest
 import torch
 
 from mmgcu import device
-
-#: What torch_gcu 2.x puts on ``torch.gcu`` and the backend uses.
-V2_API = [
-    "is_available",
-    "device_count",
-    "current_device",
-    "set_device",
-    "synchronize",
-    "memory_allocated",
-    "max_memory_allocated",
-    "reset_peak_memory_stats",
-    "empty_cache",
-    "manual_seed_all",
-    "get_device_name",
-]
+from tests.model.fakes import V2_API
 
 
 class FakeLegacyDDP(torch.nn.Module):

@@ -12,24 +12,7 @@ from mmgcu.device import DeviceBackend, GCUError
 from mmgcu.device.fallback import CpuBackend, CudaBackend
 from mmgcu.device.legacy import GcuLegacyBackend
 from mmgcu.device.v2 import GcuV2Backend
-
-LAUNCHER_VARS = (
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_NODELIST",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "RANK",
-    "WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
+from tests.conftest import LAUNCHER_VARS
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
 """The launch scripts on simulated cards: training, testing, and stopping a run."""
 
+import glob
 import os
 import signal
 import subprocess
@@ -101,6 +102,15 @@ def running(pid):
         return False
 
 
+def joined(work_dir, world):
+    """Whether rank 0's log file (written line by line) shows the process group formed."""
+    for log in glob.glob(os.path.join(str(work_dir), "*", "*.log")):
+        with open(log) as f:
+            if f"mmgcu: rank 0 of {world} on" in f.read():
+                return True
+    return False
+
+
 def test_sigterm_stops_only_its_own_processes(dataset, tmp_path):
     """SIGTERM to the script stops its run, and leaves another 'python' process alone."""
     # Someone else's job on the node: its command line says python, as theirs did.
@@ -129,15 +139,16 @@ def test_sigterm_stops_only_its_own_processes(dataset, tmp_path):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        # Signal once torchrun has started both workers (it set its handlers before).
+        # Signal once both workers have joined the group. Both worker processes existing
+        # is not enough: torchrun registers them only after its start-up loop, and a
+        # signal inside that loop leaves them unknown to it (and running).
         deadline = time.time() + 120
-        while True:
-            ours = children(script.pid)
-            if sum(b"train.py" in cmdline(p) for p in ours) >= 2:
-                break
+        while not joined(tmp_path, world=2):
             assert script.poll() is None, log_path.read_text()[-5000:]
             assert time.time() < deadline, log_path.read_text()[-5000:]
             time.sleep(0.2)
+        ours = children(script.pid)
+        assert sum(b"train.py" in cmdline(p) for p in ours) >= 2, ours
 
         script.send_signal(signal.SIGTERM)
         started = time.time()
