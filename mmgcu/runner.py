@@ -32,8 +32,14 @@ from .dist import device_group, init_distributed, lost_peer
 from .hooks import GCUDevicePlacementHook
 from .model import GCUDistributedDataParallel
 
-# Wrapper types a stock or seed config names; on a GCU they mean GCUDistributedDataParallel.
-_STOCK_DDP = ("MMDistributedDataParallel", "DistributedDataParallel")
+# Wrapper types (names or classes) a stock or seed config names. On every device they mean
+# GCUDistributedDataParallel, which places the model on the rank's card first.
+_STOCK_DDP = (
+    "MMDistributedDataParallel",
+    "DistributedDataParallel",
+    MMDistributedDataParallel,
+    torch.nn.parallel.DistributedDataParallel,
+)
 
 # Stock components that assume CUDA, and their GCU counterparts. On a GCU, a config (or
 # a stock flag such as tools/train.py --amp) naming the left one gets the right one.
@@ -196,12 +202,8 @@ class GCURunner(Runner):
                     f"cannot name for every rank. Remove {key} from model_wrapper_cfg: "
                     "mmgcu sets it for every rank."
                 )
-        if cfg.get("type", "GCUDistributedDataParallel") in _STOCK_DDP + (
-            MMDistributedDataParallel,
-            torch.nn.parallel.DistributedDataParallel,
-        ):
+        if cfg.get("type", "MMDistributedDataParallel") in _STOCK_DDP:  # mmengine's default
             cfg["type"] = "GCUDistributedDataParallel"
-        cfg.setdefault("type", "GCUDistributedDataParallel")
         wrapper = MODEL_WRAPPERS.get(cfg["type"])
         if issubclass(wrapper, GCUDistributedDataParallel):
             if model_wrapper_cfg is None:  # mmengine's defaults for a missing cfg
