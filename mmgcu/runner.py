@@ -321,7 +321,7 @@ class GCURunner(Runner):
                 "to stop the job.",
                 self.rank,
                 type(exc).__name__,
-                str(exc).splitlines()[0][:200],
+                (str(exc).splitlines() or [""])[0][:200],
                 self.peer_loss_grace_s,
             )
             time.sleep(self.peer_loss_grace_s)

@@ -536,6 +536,17 @@ def test_a_rank_that_lost_a_peer_waits_for_the_launcher(method, monkeypatch):
     assert "Connection closed by peer" in line
 
 
+def test_a_backend_error_without_a_message_is_reraised(monkeypatch):
+    error = torch.distributed.DistBackendError("")
+    runner, sleeps = failing_runner("train", error, "pytorch", monkeypatch)
+
+    with pytest.raises(torch.distributed.DistBackendError) as raised:
+        runner.train()
+
+    assert raised.value is error
+    assert sleeps == [GCURunner.peer_loss_grace_s]
+
+
 @pytest.mark.parametrize(
     "error,launcher",
     [(RuntimeError("injected fault"), "pytorch"), (PEER_GONE, "none")],
