@@ -32,6 +32,15 @@ LAUNCHER_VARS = (
 )
 
 
+def running(pid):
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def clean_env(**extra):
     """This environment without simulator/launcher variables, plus ``extra``."""
     env = {

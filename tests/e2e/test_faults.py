@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, clean_env, last_json, run_python
+from tests.conftest import REPO, clean_env, last_json, run_python, running
 from tests.e2e.conftest import (
     checkpoints,
     finish,
@@ -126,15 +126,6 @@ def root_cause(out):
     return entry and (int(entry.group(1)), int(entry.group(2)))
 
 
-def alive(pid):
-    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def worker_pids(work):
     pids = {}
     for path in glob.glob(osp.join(work, "pid_rank*")):
@@ -165,7 +156,7 @@ def test_a_failing_rank_ends_the_job(mode, exitcode, dataset, tmp_path):
         # The others' collectives lost rank 2: they say so and let rank 2 be reported.
         assert "a collective failed because another rank stopped" in out
     assert not probes(work), "a rank finished training without rank 2"
-    assert not any(alive(pid) for pid in worker_pids(work).values())
+    assert not any(running(pid) for pid in worker_pids(work).values())
 
 
 def test_a_killed_rank_ends_the_job_before_the_collective_timeout(dataset, tmp_path):
@@ -192,7 +183,7 @@ def test_a_killed_rank_ends_the_job_before_the_collective_timeout(dataset, tmp_p
     assert took < 60, f"the job ran on for {took:.0f} s after rank 1 was killed"
     assert root_cause(out) == (1, -9), out[-4000:]
     assert "Signal 9 (SIGKILL) received by PID" in out
-    assert [r for r, pid in pids.items() if alive(pid)] == [], "ranks left running"
+    assert [r for r, pid in pids.items() if running(pid)] == [], "ranks left running"
 
 
 # -- the collective timeout is the config's -------------------------------------------

@@ -2,11 +2,8 @@
 
 import glob
 import os
-import subprocess
-import sys
 
-from tests.conftest import REPO, clean_env, last_json
-from tests.sim.helpers import sim_code
+from tests.sim.helpers import run_ranks
 
 LOAD = """
 import json
@@ -23,28 +20,8 @@ print(json.dumps({"file": ext.__file__, "before": before, "after": ext.card_coun
 def test_concurrent_first_build(tmp_path):
     # A fresh TORCH_EXTENSIONS_DIR forces a real compile (a minute or more on two cores).
     ext_dir = tmp_path / "torch_extensions"
-    env = clean_env(TORCH_EXTENSIONS_DIR=str(ext_dir))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", sim_code(LOAD)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        for _ in range(4)
-    ]
-    try:
-        outputs = [proc.communicate(timeout=600) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    runs = [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
-    assert all(code == 0 for code, _, _ in runs), runs
-    results = [last_json(out) for out, _ in outputs]
+    # Four processes at once, as the ranks of a first launch would start.
+    results = run_ranks(LOAD, world_size=4, timeout=600, TORCH_EXTENSIONS_DIR=str(ext_dir))
     files = {r["file"] for r in results}
     assert len(files) == 1, files  # one build, loaded by all four
     (so,) = files

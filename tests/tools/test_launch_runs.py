@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.conftest import running
 from tests.e2e.conftest import checkpoints, probes, write_config
 from tests.tools.conftest import TOOLS, run_script, script_env
 
@@ -91,15 +92,6 @@ def cmdline(pid):
             return f.read()
     except OSError:
         return b""
-
-
-def running(pid):
-    """Whether ``pid`` is alive (a zombie is not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def joined(work_dir, world):
