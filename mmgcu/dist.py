@@ -1,8 +1,8 @@
 """Process-group set-up on GCU cards, for the ``pytorch``, ``slurm`` and ``mpi`` launchers.
 
-Stock ``mmengine.dist.init_dist`` calls ``torch.cuda.set_device`` (seed 002: "Found no
-NVIDIA driver"). Here each rank's card is chosen and checked first, then the group is
-created with the backend of the torch_gcu generation.
+Stock ``mmengine.dist.init_dist`` calls ``torch.cuda.set_device`` ("Found no NVIDIA
+driver on your system" on a GCU host). Here each rank's card is chosen and checked first,
+then the accelerator creates its process groups.
 """
 
 import datetime
@@ -12,17 +12,9 @@ from typing import Optional
 
 import torch.distributed as torch_dist
 
-from .device import DeviceBackend, GCUError
+from .device import Accelerator, GCUError
 
 LAUNCHERS = ("pytorch", "slurm", "mpi")
-
-# The group that carries card tensors when the default group cannot (legacy ECCL).
-_device_group = None
-
-
-def device_group():
-    """The process group for card tensors (DDP, SyncBN); None means the default group."""
-    return _device_group
 
 
 # How a collective reports a peer process that has gone (gloo's TCP transport; the
@@ -33,7 +25,7 @@ _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken p
 def lost_peer(exc: BaseException) -> bool:
     """Whether ``exc`` is a collective failing because another rank has stopped.
 
-    Such a rank is a casualty: the error worth reading is the other rank's.
+    The error worth reading is then the other rank's.
     """
     dist_error = getattr(torch_dist, "DistError", None)  # not in torch 1.10
     if dist_error is not None and isinstance(exc, dist_error):
@@ -76,24 +68,25 @@ def local_world_size(launcher: str) -> Optional[int]:
     return None
 
 
-def resolve_backend(requested: Optional[str], backend: DeviceBackend) -> str:
-    """The ``init_process_group`` backend for a ``dist_cfg.backend`` on this device.
+def pg_backend_for(requested: Optional[str], accelerator: Accelerator) -> str:
+    """The default group's backend for a ``dist_cfg.backend`` on this accelerator.
 
     ``nccl`` (mmseg's default_runtime) and ``eccl`` mean "the device's backend". ``gloo``
-    cannot carry card tensors: where the default group must carry them (torch_gcu 2.x) it
-    is refused; where card tensors have their own ECCL group (1.x) it is what mmgcu uses.
+    cannot carry card tensors: on torch_gcu 2.x, where the default group carries them, it
+    is refused; on 1.x, where card tensors have an ECCL group of their own, it is what the
+    default group is anyway.
     """
     if requested in (None, "", "auto", "nccl", "eccl"):
-        if requested == "eccl" and not backend.is_gcu:
+        if requested == "eccl" and not accelerator.is_gcu:
             raise GCUError(
-                f"env_cfg.dist_cfg.backend='eccl' but no GCU was found ({backend.description})"
+                f"env_cfg.dist_cfg.backend='eccl' but no GCU was found ({accelerator.description})"
             )
-        return backend.default_group_backend
-    if backend.is_gcu and requested == "gloo" and backend.device_group_backend is None:
+        return accelerator.default_pg_backend
+    if accelerator.is_gcu and requested != accelerator.default_pg_backend:
         raise GCUError(
-            "env_cfg.dist_cfg.backend='gloo' cannot carry GCU tensors: gradients would "
-            "not be synchronised on the cards. Remove dist_cfg.backend (mmgcu picks "
-            f"'{backend.default_group_backend}') or set it to 'eccl'."
+            f"env_cfg.dist_cfg.backend={requested!r} cannot carry GCU tensors: gradients "
+            "would not be synchronised on the cards. Remove dist_cfg.backend (mmgcu picks "
+            f"'{accelerator.default_pg_backend}') or set it to 'eccl'."
         )
     return requested
 
@@ -136,7 +129,7 @@ def _set_mpi_env(port: Optional[int]) -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 
 
-def select_card(backend: DeviceBackend, launcher: str) -> int:
+def select_card(accelerator: Accelerator, launcher: str) -> int:
     """Check this rank's card against the node's cards and make it current."""
     if launcher not in LAUNCHERS:
         raise GCUError(
@@ -144,10 +137,10 @@ def select_card(backend: DeviceBackend, launcher: str) -> int:
             "(and 'none' for one process)"
         )
     rank = local_rank(launcher)
-    cards = backend.device_count()
+    cards = accelerator.device_count()
     ranks_here = local_world_size(launcher)
-    kind = "GCU card(s)" if backend.is_gcu else f"{backend.device_type} device(s)"
-    where = f"{cards} {backend.device_type} card(s) visible ({backend.description})"
+    kind = "GCU card(s)" if accelerator.is_gcu else f"{accelerator.device_type} device(s)"
+    where = f"{cards} {accelerator.device_type} card(s) visible ({accelerator.description})"
     if cards == 0:
         raise GCUError(
             f"no card is visible to local rank {rank}: {where}. Check "
@@ -165,34 +158,27 @@ def select_card(backend: DeviceBackend, launcher: str) -> int:
             f"local rank {rank} has no card: {where}, so local ranks must be 0..{cards - 1}. "
             f"Launch at most {cards} processes per node, or check TOPS_VISIBLE_DEVICES."
         )
-    backend.set_device(rank)
+    accelerator.set_device(rank)
     return rank
 
 
 def init_distributed(
-    backend: DeviceBackend,
+    accelerator: Accelerator,
     launcher: str,
-    dist_backend: Optional[str] = None,
+    pg_backend: Optional[str] = None,
     timeout: Optional[float] = None,
     port: Optional[int] = None,
     **kwargs,
 ) -> int:
-    """Select this rank's card, then create the process group(s). Returns the card."""
+    """Select this rank's card, then create the process groups. Returns the card."""
     if launcher == "slurm":
         _set_slurm_env(port)
     elif launcher == "mpi":
         _set_mpi_env(port)
-    card = select_card(backend, launcher)
-    group_backend = resolve_backend(dist_backend, backend)
-    if backend.is_gcu:
-        backend.check_dist_backend()
+    card = select_card(accelerator, launcher)
+    pg_backend = pg_backend_for(pg_backend, accelerator)
+    accelerator.check_collectives()
     if timeout is not None:
         kwargs["timeout"] = datetime.timedelta(seconds=timeout)
-    dist = backend.import_distributed()
-    dist.init_process_group(backend=group_backend, **kwargs)
-    global _device_group
-    if backend.device_group_backend:
-        _device_group = torch_dist.new_group(
-            backend=backend.device_group_backend, timeout=kwargs.get("timeout")
-        )
+    accelerator.init_process_groups(pg_backend, **kwargs)
     return card

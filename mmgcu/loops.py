@@ -1,7 +1,8 @@
 """Validation and test loops whose ``fp16=True`` autocasts on the GCU card.
 
 Stock loops autocast on ``mmengine.device.get_device()``, which is ``'cpu'`` on a GCU
-host, so their fp16 would silently run in fp32 on the card.
+host, so their fp16 would silently run in fp32 on the card. These run the stock
+``run_iter`` inside the card's autocast, with the stock (CPU) autocast turned off.
 """
 
 import contextlib
@@ -9,42 +10,36 @@ import contextlib
 import torch
 from mmengine.registry import LOOPS
 from mmengine.runner import TestLoop, ValLoop
-from mmengine.runner.loops import _update_losses
 
-from .device import get_backend
+from .counterparts import replaces
+
+_WHY = "its fp16 autocasts on get_device(), the CPU of a GCU host"
 
 
-def _autocast(enabled: bool):
-    return get_backend().autocast(torch.float16) if enabled else contextlib.nullcontext()
+class CardAutocast:
+    """``fp16`` taken from the stock loop and applied on the runner's card instead."""
+
+    def __init__(self, *args, fp16: bool = False, **kwargs):
+        super().__init__(*args, fp16=False, **kwargs)
+        self.card_fp16 = fp16
+
+    def _card_autocast(self):
+        if not self.card_fp16:
+            return contextlib.nullcontext()
+        return self.runner.accelerator.autocast(torch.float16)
+
+    def run_iter(self, idx, data_batch) -> None:
+        with self._card_autocast():
+            super().run_iter(idx, data_batch)
 
 
 @LOOPS.register_module()
-class GCUValLoop(ValLoop):
+@replaces(ValLoop, why=_WHY)
+class GCUValLoop(CardAutocast, ValLoop):
     """:class:`ValLoop` with ``fp16`` autocast on the card."""
 
-    @torch.no_grad()
-    def run_iter(self, idx, data_batch) -> None:
-        self.runner.call_hook("before_val_iter", batch_idx=idx, data_batch=data_batch)
-        with _autocast(self.fp16):
-            outputs = self.runner.model.val_step(data_batch)
-        outputs, self.val_loss = _update_losses(outputs, self.val_loss)
-        self.evaluator.process(data_samples=outputs, data_batch=data_batch)
-        self.runner.call_hook(
-            "after_val_iter", batch_idx=idx, data_batch=data_batch, outputs=outputs
-        )
-
 
 @LOOPS.register_module()
-class GCUTestLoop(TestLoop):
+@replaces(TestLoop, why=_WHY)
+class GCUTestLoop(CardAutocast, TestLoop):
     """:class:`TestLoop` with ``fp16`` autocast on the card."""
-
-    @torch.no_grad()
-    def run_iter(self, idx, data_batch) -> None:
-        self.runner.call_hook("before_test_iter", batch_idx=idx, data_batch=data_batch)
-        with _autocast(self.fp16):
-            outputs = self.runner.model.test_step(data_batch)
-        outputs, self.test_loss = _update_losses(outputs, self.test_loss)
-        self.evaluator.process(data_samples=outputs, data_batch=data_batch)
-        self.runner.call_hook(
-            "after_test_iter", batch_idx=idx, data_batch=data_batch, outputs=outputs
-        )

@@ -1,15 +1,15 @@
 """``GCURunner``: mmengine's Runner, placed on GCU cards.
 
 Selected by ``runner_type='GCURunner'`` (``configs/_base_/gcu_runtime.py`` sets it), so
-the stock ``tools/train.py`` of mmsegmentation runs unchanged. It overrides where stock
-mmengine assumes CUDA: the distributed set-up (``setup_env``), the model placement
-(``wrap_model``), seeding, and the building of components that are CUDA-only in mmengine
-(``GCU_COUNTERPARTS``). It adds a one-time placement check and atomic checkpoint writes;
-everything else is mmengine's.
+the stock ``tools/train.py`` of mmsegmentation runs unchanged. It chooses the accelerator
+once (``setup_env``) and hands it to what it builds. It overrides where stock mmengine
+assumes CUDA: the distributed set-up, the model's placement and DDP (``wrap_model``),
+seeding, and the classes of :mod:`mmgcu.counterparts`. It adds a one-time placement check,
+CPU-only checkpoints written atomically, and a wait that lets the launcher name the rank
+that failed first. Everything else is mmengine's.
 """
 
 import contextlib
-import copy
 import logging
 import os
 import os.path as osp
@@ -18,55 +18,27 @@ import time
 import torch
 from mmengine.dist import is_distributed, master_only
 from mmengine.logging import print_log
-from mmengine.model import (
-    MMDistributedDataParallel,
-    convert_sync_batchnorm,
-    is_model_wrapper,
-    revert_sync_batchnorm,
-)
-from mmengine.registry import MODEL_WRAPPERS, RUNNERS
+from mmengine.model import convert_sync_batchnorm, is_model_wrapper, revert_sync_batchnorm
+from mmengine.optim import OptimWrapperDict
+from mmengine.registry import HOOKS, LOG_PROCESSORS, LOOPS, MODEL_WRAPPERS, OPTIM_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
-from .device import GCUError, get_backend
-from .dist import device_group, init_distributed, lost_peer
-from .hooks import GCUDevicePlacementHook
-from .model import GCUDistributedDataParallel
+from .counterparts import Counterparts
+from .device import GCUError, select_accelerator
+from .dist import init_distributed, lost_peer
+from .hooks import CPUCheckpointHook, GCUDevicePlacementHook
+from .model import GCU1DistributedDataParallel, GCUDistributedDataParallel
+from .model.placement import watch_first_batch
+from .model.wrappers import ddp_config
+from .optim.wrappers import CardStep
 
-# Wrapper types (names or classes) a stock or seed config names. On every device they mean
-# GCUDistributedDataParallel, which places the model on the rank's card first.
-_STOCK_DDP = (
-    "MMDistributedDataParallel",
-    "DistributedDataParallel",
-    MMDistributedDataParallel,
-    torch.nn.parallel.DistributedDataParallel,
-)
-
-# Stock components that assume CUDA, and their GCU counterparts. On a GCU, a config (or
-# a stock flag such as tools/train.py --amp) naming the left one gets the right one.
-GCU_COUNTERPARTS = {
-    "OptimWrapper": "GCUOptimWrapper",
-    "AmpOptimWrapper": "GCUAmpOptimWrapper",
-    "ValLoop": "GCUValLoop",
-    "TestLoop": "GCUTestLoop",
-    "LogProcessor": "GCULogProcessor",
-    "EmptyCacheHook": "GCUEmptyCacheHook",
-}
-
-
-def _gcu_counterpart(cfg, default=None):
-    """``cfg`` (a dict) with its stock ``type`` replaced by the GCU counterpart."""
-    if not isinstance(cfg, dict):
-        return cfg
-    name = cfg.get("type", default)
-    if name in GCU_COUNTERPARTS:
-        cfg = copy.copy(cfg)
-        cfg["type"] = GCU_COUNTERPARTS[name]
-    return cfg
+_GCU_DDP = (GCUDistributedDataParallel, GCU1DistributedDataParallel)
 
 
 def _has_sync_bn(model: torch.nn.Module) -> bool:
-    return any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()) or any(
-        type(m).__name__ == "SyncBatchNorm" for m in model.modules()
+    return any(
+        isinstance(m, torch.nn.SyncBatchNorm) or type(m).__name__ == "SyncBatchNorm"
+        for m in model.modules()
     )
 
 
@@ -85,40 +57,6 @@ def _full_unpickling():
             os.environ[name] = previous
 
 
-def _batch_devices(data):
-    if isinstance(data, torch.Tensor):
-        return {data.device}
-    if isinstance(data, dict):
-        data = list(data.values())
-    if isinstance(data, (list, tuple)):
-        return set().union(*(_batch_devices(d) for d in data)) if data else set()
-    return set()
-
-
-def _check_first_batch(model: torch.nn.Module, device: torch.device) -> None:
-    """Check, once, that the data preprocessor puts the batch on the card.
-
-    A custom preprocessor that leaves the batch on the CPU would otherwise fail deep
-    inside the first convolution. The hook removes itself after the first batch.
-    """
-    preprocessor = getattr(model, "data_preprocessor", None)
-    if not isinstance(preprocessor, torch.nn.Module):
-        return
-
-    def check(module, inputs, output):
-        handle.remove()
-        wrong = sorted(str(d) for d in _batch_devices(output) if d != device)
-        if wrong:
-            raise GCUError(
-                f"the data preprocessor ({type(module).__name__}) returned a batch on "
-                f"{', '.join(wrong)}, but the model is on {device}. Move the batch with "
-                "BaseDataPreprocessor.cast_data (or self.device) in its forward; mmengine's "
-                "preprocessors do this when they are not overridden."
-            )
-
-    handle = preprocessor.register_forward_hook(check)
-
-
 @RUNNERS.register_module()
 class GCURunner(Runner):
     """A :class:`mmengine.runner.Runner` that trains on this rank's GCU card.
@@ -126,133 +64,133 @@ class GCURunner(Runner):
     Config keys it reads besides mmengine's:
 
     - ``env_cfg.device``: ``'auto'`` (default: torch_gcu 2.x, then 1.x, then CUDA, then
-      CPU), ``'gcu'`` (either GCU generation, or stop), ``'v2'``, ``'legacy'``,
-      ``'cuda'`` or ``'cpu'``.
+      CPU), ``'gcu'`` (either GCU generation, or stop), ``'gcu2'`` (alias ``'v2'``),
+      ``'gcu1'`` (alias ``'legacy'``), ``'cuda'`` or ``'cpu'``.
+    - ``env_cfg.gcu_jit_mode``: torch_gcu 1.x's ``JitRunMode`` for the step
+      (``'ASYNC'``, ``'SAFEASYNC'``, ``'SYNC'``); by default ASYNC with several ranks and
+      SAFEASYNC with one, as Enflame's own training scripts do.
     - ``env_cfg.dist_cfg.backend``: left out, ``'eccl'`` or ``'nccl'`` all mean the
       device's backend; ``'gloo'`` is refused on torch_gcu 2.x (it cannot carry card
       tensors) and is the default group on 1.x (card tensors have an ECCL group).
     - ``gcu_placement_check``: ``False`` to drop :class:`GCUDevicePlacementHook`.
+
+    Attributes:
+        accelerator: the :class:`~mmgcu.device.Accelerator` this runner trains on.
+        card: this rank's card index on its node.
     """
 
-    # Seconds a rank whose collective lost a peer waits before it exits (see _casualty).
+    #: Seconds a rank whose collective lost a peer waits before it exits.
     peer_loss_grace_s = 10.0
 
     def setup_env(self, env_cfg: dict) -> None:
-        """Choose the device, set this rank's card, then create the process group."""
-        self.device_backend = get_backend(env_cfg.get("device", "auto"))
-        backend = self.device_backend
+        """Choose the accelerator, set this rank's card, then create the process groups."""
+        self.accelerator = select_accelerator(
+            env_cfg.get("device", "auto"), env_cfg.get("gcu_jit_mode")
+        )
+        self.counterparts = Counterparts(self.accelerator)
         if self.distributed and not is_distributed():
             dist_cfg = dict(env_cfg.get("dist_cfg", {}))
-            self.card = init_distributed(
-                backend, self.launcher, dist_cfg.pop("backend", None), **dist_cfg
-            )
+            backend = dist_cfg.pop("backend", None)
+            self.card = init_distributed(self.accelerator, self.launcher, backend, **dist_cfg)
         elif self.distributed:  # the caller created the group
-            self.card = backend.current_device()
+            self.card = self.accelerator.current_device()
+            self.accelerator.adopt_process_groups()
         else:
             self.card = 0
-            backend.set_device(0)
-        if env_cfg.get("cudnn_benchmark") and backend.name != "cuda":
+            self.accelerator.set_device(0)
+        if env_cfg.get("cudnn_benchmark") and self.accelerator.kind != "cuda":
             env_cfg = {k: v for k, v in env_cfg.items() if k != "cudnn_benchmark"}
         # The rest is mmengine's: multiprocessing, timestamp broadcast, rlimit.
         super().setup_env(env_cfg)
 
-    def _log_env(self, env_cfg: dict) -> None:
-        super()._log_env(env_cfg)
-        backend = self.device_backend
-        self.logger.info(
-            "mmgcu: rank %d of %d on %s (generation %s: %s), process group %s",
-            self.rank,
-            self.world_size,
-            backend.device(self.card),
-            backend.name,
-            backend.description,
-            torch.distributed.get_backend() if is_distributed() else "none",
-        )
+    def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):
+        """mmengine's seeding, plus the cards' generators (torch_gcu 1.x needs its own)."""
+        super().set_randomness(seed, diff_rank_seed=diff_rank_seed, deterministic=deterministic)
+        self.accelerator.manual_seed_all(self.seed)
 
+    # -- the model -----------------------------------------------------------------
     def wrap_model(self, model_wrapper_cfg, model):
-        """Move the model to this rank's card, then wrap it for the card's DDP."""
+        """Move the model to this rank's card, then wrap it in the accelerator's DDP."""
         if is_model_wrapper(model):
             return super().wrap_model(model_wrapper_cfg, model)
-        backend = self.device_backend
-        model = model.to(backend.device(self.card))
-        _check_first_batch(model, backend.device(self.card))
+        device = self.accelerator.device(self.card)
+        model = model.to(device)
+        watch_first_batch(model, device)
         if not self.distributed:
             return revert_sync_batchnorm(model)
+        model = self._sync_batchnorm(model)
+        if model_wrapper_cfg is None:  # mmengine's defaults for a missing cfg
+            model_wrapper_cfg = dict(
+                broadcast_buffers=False,
+                find_unused_parameters=self.cfg.get("find_unused_parameters", False),
+            )
+        cfg = ddp_config(model_wrapper_cfg, self.accelerator, self.card)
+        cfg = self.counterparts.resolve(cfg, MODEL_WRAPPERS, default="MMDistributedDataParallel")
+        return MODEL_WRAPPERS.build(cfg, default_args=self._wrapper_args(cfg["type"], model))
 
+    def _wrapper_args(self, wrapper: type, model: torch.nn.Module) -> dict:
+        if issubclass(wrapper, _GCU_DDP):
+            return dict(module=model, accelerator=self.accelerator)
+        if issubclass(wrapper, torch.nn.parallel.DistributedDataParallel):
+            if self.accelerator.kind == "gcu1":
+                raise GCUError(
+                    f"model_wrapper_cfg.type={wrapper.__name__} is a torch "
+                    "DistributedDataParallel, which cannot train on torch_gcu 1.x (its DDP is "
+                    "torch_gcu.nn.parallel.DistributedDataParallel, over ECCL). Remove "
+                    "model_wrapper_cfg.type: mmgcu builds GCU1DistributedDataParallel."
+                )
+            return dict(module=model, **self.accelerator.ddp_kwargs(self.card))
+        return dict(module=model)
+
+    def _sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         sync_bn = self.cfg.get("sync_bn", None)
-        if backend.supports_sync_bn:
-            if sync_bn is not None:
-                model = convert_sync_batchnorm(model, sync_bn)
-        elif sync_bn is not None or _has_sync_bn(model):
+        if self.accelerator.kind in ("gcu2", "cuda"):
+            return convert_sync_batchnorm(model, sync_bn) if sync_bn is not None else model
+        if sync_bn is not None or _has_sync_bn(model):
             print_log(
-                f"SyncBatchNorm is reverted to BatchNorm on {backend.name}: "
-                f"{backend.sync_bn_reason}. Each rank normalises with its own batch.",
+                f"SyncBatchNorm is reverted to BatchNorm on {self.accelerator.kind}: it has no "
+                "SyncBatchNorm kernel. Each rank normalises with its own batch.",
                 logger="current",
                 level=logging.WARNING,
             )
             model = revert_sync_batchnorm(model)
+        return model
 
-        cfg = copy.deepcopy(model_wrapper_cfg) if model_wrapper_cfg else {}
-        for key in ("device_ids", "output_device"):
-            given = cfg.pop(key, None)
-            if given is not None:  # one config serves every rank: no value fits them all
-                raise GCUError(
-                    f"model_wrapper_cfg.{key}={given}, but each rank trains on its own card "
-                    f"(this one on {backend.device(self.card)}), which one config value "
-                    f"cannot name for every rank. Remove {key} from model_wrapper_cfg: "
-                    "mmgcu sets it for every rank."
-                )
-        if cfg.get("type", "MMDistributedDataParallel") in _STOCK_DDP:  # mmengine's default
-            cfg["type"] = "GCUDistributedDataParallel"
-        wrapper = MODEL_WRAPPERS.get(cfg["type"])
-        if issubclass(wrapper, GCUDistributedDataParallel):
-            if model_wrapper_cfg is None:  # mmengine's defaults for a missing cfg
-                cfg.update(
-                    broadcast_buffers=False,
-                    find_unused_parameters=self.cfg.get("find_unused_parameters", False),
-                )
-        elif issubclass(wrapper, torch.nn.parallel.DistributedDataParallel):
-            # A user's own DDP subclass: the card's arguments and card-tensor group too.
-            for key, value in backend.ddp_device_kwargs(self.card).items():
-                cfg.setdefault(key, value)
-            if device_group() is not None:
-                cfg.setdefault("process_group", device_group())
-        return MODEL_WRAPPERS.build(cfg, default_args=dict(module=model))
-
-    # -- stock components that assume CUDA: their GCU counterparts ------------------
-    def _on_gcu(self) -> bool:
-        return self.device_backend.is_gcu
-
-    def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):
-        """mmengine's seeding, plus the cards' generators (torch_gcu 1.x needs its own)."""
-        super().set_randomness(seed, diff_rank_seed=diff_rank_seed, deterministic=deterministic)
-        self.device_backend.manual_seed_all(self._seed)
-
+    # -- what mmengine builds from the config ----------------------------------------
     def build_optim_wrapper(self, optim_wrapper):
-        if self._on_gcu() and isinstance(optim_wrapper, dict) and "optimizer" in optim_wrapper:
-            optim_wrapper = _gcu_counterpart(optim_wrapper, default="OptimWrapper")
-        return super().build_optim_wrapper(optim_wrapper)
+        if isinstance(optim_wrapper, dict) and "optimizer" in optim_wrapper:
+            optim_wrapper = self.counterparts.resolve(optim_wrapper, OPTIM_WRAPPERS, "OptimWrapper")
+        built = super().build_optim_wrapper(optim_wrapper)
+        wrappers = built.values() if isinstance(built, OptimWrapperDict) else [built]
+        for wrapper in wrappers:
+            if isinstance(wrapper, CardStep):
+                wrapper.bind(self.accelerator, self.model)
+        return built
 
     def build_val_loop(self, loop):
-        if self._on_gcu():
-            loop = _gcu_counterpart(loop, default="ValLoop")
-        return super().build_val_loop(loop)
+        return super().build_val_loop(self.counterparts.resolve(loop, LOOPS, "ValLoop"))
 
     def build_test_loop(self, loop):
-        if self._on_gcu():
-            loop = _gcu_counterpart(loop, default="TestLoop")
-        return super().build_test_loop(loop)
+        return super().build_test_loop(self.counterparts.resolve(loop, LOOPS, "TestLoop"))
 
     def build_log_processor(self, log_processor):
-        if self._on_gcu():
-            log_processor = _gcu_counterpart(log_processor, default="LogProcessor")
-        return super().build_log_processor(log_processor)
+        resolved = self.counterparts.resolve(log_processor, LOG_PROCESSORS, "LogProcessor")
+        return super().build_log_processor(resolved)
 
-    def register_custom_hooks(self, hooks) -> None:
-        if self._on_gcu():
-            hooks = [_gcu_counterpart(h) for h in hooks]
-        super().register_custom_hooks(hooks)
+    def register_hook(self, hook, priority=None) -> None:
+        super().register_hook(self.counterparts.resolve(hook, HOOKS), priority)
 
+    def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
+        """mmengine's hooks, the CPU-only checkpoint hook, and the placement check unless
+        the config turns it off."""
+        super().register_hooks(default_hooks, custom_hooks)
+        self.register_hook(CPUCheckpointHook())
+        if self.cfg.get("gcu_placement_check", True) and not any(
+            isinstance(h, GCUDevicePlacementHook) for h in self.hooks
+        ):
+            self.register_hook(GCUDevicePlacementHook())
+
+    # -- checkpoints -------------------------------------------------------------------
     def load_checkpoint(self, filename, *args, **kwargs):
         """mmengine's loading of the checkpoint the config names (``load_from``/``resume``).
 
@@ -281,28 +219,21 @@ class GCURunner(Runner):
             raise
         os.replace(partial, osp.join(out_dir, filename))
 
-    def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
-        """mmengine's hooks, plus the placement check unless the config turns it off."""
-        super().register_hooks(default_hooks, custom_hooks)
-        if self.cfg.get("gcu_placement_check", True) and not any(
-            isinstance(h, GCUDevicePlacementHook) for h in self._hooks
-        ):
-            self.register_hook(GCUDevicePlacementHook())
-
+    # -- failures ----------------------------------------------------------------------
     def train(self) -> torch.nn.Module:
-        with self._casualty():
+        with self._failed_peer_first():
             return super().train()
 
     def val(self) -> dict:
-        with self._casualty():
+        with self._failed_peer_first():
             return super().val()
 
     def test(self) -> dict:
-        with self._casualty():
+        with self._failed_peer_first():
             return super().test()
 
     @contextlib.contextmanager
-    def _casualty(self):
+    def _failed_peer_first(self):
         """Let the rank that failed first be the one the launcher reports.
 
         When a rank fails, its peers' collectives fail as soon as its connections close,

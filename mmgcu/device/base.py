@@ -1,10 +1,11 @@
-"""What every device backend offers the rest of mmgcu.
+"""What every kind of device offers the rest of mmgcu.
 
-The runner, wrapper, hooks and tools talk to a :class:`DeviceBackend` and never to
-torch_gcu; each torch_gcu generation (and the CUDA/CPU fallback) is one subclass.
+The runner, wrappers, hooks and tools talk to an :class:`Accelerator` and never to
+torch_gcu. Each torch_gcu generation, CUDA and the CPU is one subclass; the runner picks
+one (:func:`mmgcu.device.select_accelerator`) and hands it to what it builds.
 """
 
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -13,23 +14,61 @@ class GCUError(RuntimeError):
     """A launch or set-up mistake mmgcu stops on, with a message that names the fix."""
 
 
-class DeviceBackend:
+class CardGroup:
+    """The process group that carries card tensors, with the collectives of its world.
+
+    On torch_gcu 2.x, CUDA and the CPU that is torch.distributed's default group; on
+    torch_gcu 1.x it is a group of torch_gcu.distributed, a world of its own.
+
+    Args:
+        dist: the ``torch.distributed``-like module the group belongs to.
+        group: the group, or None for that module's default group.
+        name: how logs and errors call it (``'torch.distributed gloo'``, ...).
+    """
+
+    def __init__(self, dist, group=None, name: str = ""):
+        self.dist = dist
+        self.group = group
+        self.name = name or f"{dist.__name__} {dist.get_backend(group)}"
+
+    @property
+    def world_size(self) -> int:
+        return self.dist.get_world_size(self.group)
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        """Sum ``tensor`` over the group, in place."""
+        self.dist.all_reduce(tensor, self.dist.ReduceOp.SUM, group=self.group)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        self.dist.broadcast(tensor, src, group=self.group)
+
+
+class Accelerator:
     """The device operations mmgcu needs, for one kind of device.
 
     Attributes:
-        name: the generation: ``'v2'``, ``'legacy'``, ``'cuda'`` or ``'cpu'``.
+        kind: ``'gcu2'`` (torch_gcu 2.x), ``'gcu1'`` (torch_gcu 1.x), ``'cuda'`` or ``'cpu'``.
         device_type: the ``torch.device`` type of a card (``'gcu'``, ``'xla'``, ...).
         is_gcu: whether the cards are Enflame GCUs.
-        supports_sync_bn: whether SyncBatchNorm runs on this device.
-        description: one line saying what was found (logged, and printed by ``mmgcu env``).
+        description: one line saying what was found (logged, printed by ``mmgcu env``).
+        default_pg_backend: backend of torch.distributed's default group. mmengine's own
+            collectives use that group and send CPU tensors for backends it does not
+            know, so it must carry CPU tensors.
+        ddp_wrapper: the ``MODEL_WRAPPERS`` name of the DDP wrapper for this kind.
+        amp_dtypes: the dtypes autocast supports here.
+        card_group: the :class:`CardGroup` for card tensors, once process groups exist.
     """
 
-    name = "base"
+    kind = "base"
     device_type = "cpu"
     is_gcu = False
-    supports_sync_bn = False
-    sync_bn_reason = ""
     description = ""
+    default_pg_backend = "gloo"
+    ddp_wrapper = "GCUDistributedDataParallel"
+    amp_dtypes: tuple = ()
+
+    def __init__(self):
+        self.card_group: Optional[CardGroup] = None
 
     # -- cards -----------------------------------------------------------------
     def is_available(self) -> bool:
@@ -46,85 +85,78 @@ class DeviceBackend:
 
     def device(self, index: Optional[int] = None) -> torch.device:
         """The ``torch.device`` of card ``index`` (default: the current card)."""
-        if index is None:
-            index = self.current_device()
-        return torch.device(self.device_type, index)
+        return torch.device(self.device_type, self.current_device() if index is None else index)
 
     def device_name(self, index: int = 0) -> str:
         return self.device_type
 
-    def synchronize(self) -> None:
-        """Wait for the card's queued work."""
-
-    # -- memory: None where the generation cannot tell ---------------------------
-    def memory_allocated(self, index: Optional[int] = None) -> Optional[int]:
+    # -- memory --------------------------------------------------------------------
+    def peak_memory(self, index: int) -> Optional[int]:
+        """Bytes for the log's ``memory`` column (the peak since the last call, where the
+        kind counts a peak), or None where it cannot tell."""
         return None
 
-    def max_memory_allocated(self, index: Optional[int] = None) -> Optional[int]:
-        return None
+    @property
+    def memory_source(self) -> str:
+        """What the ``memory`` column shows on this kind, or why there is none."""
+        return "none: this device reports no memory statistics"
 
-    def reset_peak_memory_stats(self, index: Optional[int] = None) -> None:
-        """Start a new peak-memory window."""
+    def empty_cache(self) -> bool:
+        """Give cached card memory back; False where the kind has no cache to empty."""
+        return False
 
-    def empty_cache(self) -> None:
-        """Give cached, unused card memory back."""
-
-    # -- randomness --------------------------------------------------------------
+    # -- randomness ------------------------------------------------------------------
     def manual_seed_all(self, seed: int) -> None:
         """Seed every card's generator (torch.manual_seed already seeds the CPU)."""
 
-    # -- distribution ------------------------------------------------------------
-    #: ``init_process_group`` backend of the default group; it must carry CPU tensors
-    #: too, because mmengine's own collectives send CPU tensors for unknown backends.
-    default_group_backend = "gloo"
-    #: backend of a separate group for card tensors, or None when the default group
-    #: carries them as well.
-    device_group_backend: Optional[str] = None
-
-    def check_dist_backend(self) -> None:
+    # -- distribution ----------------------------------------------------------------
+    def check_collectives(self) -> None:
         """Raise :class:`GCUError` when the card collectives are not available."""
 
-    def import_distributed(self):
-        """The ``torch.distributed``-like module whose ``init_process_group`` to call."""
+    def init_process_groups(self, pg_backend: str, **kwargs) -> CardGroup:
+        """Create torch.distributed's default group (and any card group); return the
+        card group. ``kwargs`` go to ``init_process_group`` (timeout, ...)."""
         import torch.distributed as dist
 
-        return dist
+        dist.init_process_group(backend=pg_backend, **kwargs)
+        self.card_group = CardGroup(dist, None, f"torch.distributed {dist.get_backend()}")
+        return self.card_group
 
-    def ddp_class(self) -> Type[torch.nn.Module]:
-        from torch.nn.parallel import DistributedDataParallel
+    def adopt_process_groups(self) -> CardGroup:
+        """The card group when the caller created torch.distributed's group itself."""
+        import torch.distributed as dist
 
-        return DistributedDataParallel
+        self.card_group = CardGroup(dist, None, f"torch.distributed {dist.get_backend()}")
+        return self.card_group
 
-    def ddp_device_kwargs(self, index: int) -> Dict[str, Any]:
-        """The device arguments this generation's DDP needs for card ``index``."""
+    def ddp_kwargs(self, card: int) -> Dict[str, Any]:
+        """The device arguments of this kind's DDP for card ``card``."""
         return {}
 
-    # -- precision ---------------------------------------------------------------
-    amp_dtypes = ()
-
+    # -- precision ---------------------------------------------------------------------
     def autocast(self, dtype: torch.dtype = torch.float16, enabled: bool = True):
-        raise GCUError(f"mixed precision is not available on {self.name} ({self.description})")
+        raise GCUError(f"mixed precision is not available on {self.kind} ({self.description})")
 
     def grad_scaler(self, **kwargs):
-        raise GCUError(f"a GradScaler is not available on {self.name} ({self.description})")
+        raise GCUError(f"a GradScaler is not available on {self.kind} ({self.description})")
 
-    # -- the step ----------------------------------------------------------------
-    #: True where the optimizer step must go through the vendor's lazy-graph call.
-    lazy_step = False
-
-    def optimizer_step(self, optimizer, tensors=(), model=None, **kwargs) -> None:
-        """Step ``optimizer``; a lazy-graph generation also runs the graph here."""
+    # -- the step ----------------------------------------------------------------------
+    def optimizer_step(self, optimizer, model=None, loss=None, **kwargs) -> None:
+        """One optimizer step; a lazy device also runs its graph here (once per step)."""
         optimizer.step(**kwargs)
 
-    # -- reporting ---------------------------------------------------------------
-    def facts(self) -> Dict[str, Any]:
-        """What this backend found, for logs and ``mmgcu env``."""
+    def after_amp_step(self, optimizer, model, scaler, loss) -> None:
+        """What follows ``scaler.step``/``update`` on this kind (a lazy graph run on 1.x)."""
+
+    # -- reporting -----------------------------------------------------------------------
+    def summary(self) -> Dict[str, Any]:
+        """What this accelerator found, for logs and ``mmgcu env``."""
         return {
-            "generation": self.name,
+            "kind": self.kind,
             "device_type": self.device_type,
             "description": self.description,
             "available": self.is_available(),
             "cards": self.device_count() if self.is_available() else 0,
-            "dist_backend": self.default_group_backend
-            + (f" + {self.device_group_backend}" if self.device_group_backend else ""),
+            "process_groups": self.default_pg_backend,
+            "memory": self.memory_source,
         }

@@ -1,55 +1,67 @@
-"""No torch_gcu: CUDA where it exists, else the CPU, so one config runs anywhere."""
+"""No torch_gcu: CUDA where it exists, else the CPU, so one config runs anywhere.
+
+``DeviceModuleAccelerator`` is the delegation to a ``torch.cuda``-like device module
+that CUDA and torch_gcu 2.x (``torch.gcu``) share.
+"""
 
 from typing import Optional
 
 import torch
 
-from .base import DeviceBackend
+from .base import Accelerator
 
 
-class CudaBackend(DeviceBackend):
-    name = "cuda"
+class DeviceModuleAccelerator(Accelerator):
+    """An accelerator whose cards are driven by a ``torch.cuda``-like module."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def is_available(self) -> bool:
+        return bool(self.module.is_available())
+
+    def device_count(self) -> int:
+        return int(self.module.device_count())
+
+    def current_device(self) -> int:
+        return int(self.module.current_device())
+
+    def set_device(self, index: int) -> None:
+        self.module.set_device(index)
+
+    def device_name(self, index: int = 0) -> str:
+        return str(self.module.get_device_name(index))
+
+    def peak_memory(self, index: int) -> Optional[int]:
+        peak = int(self.module.max_memory_allocated(index))
+        self.module.reset_peak_memory_stats(index)
+        return peak
+
+    @property
+    def memory_source(self) -> str:
+        return "peak allocated since the last log line (max_memory_allocated)"
+
+    def empty_cache(self) -> bool:
+        self.module.empty_cache()
+        return True
+
+    def manual_seed_all(self, seed: int) -> None:
+        self.module.manual_seed_all(seed)
+
+
+class CUDAAccelerator(DeviceModuleAccelerator):
+    kind = "cuda"
     device_type = "cuda"
-    supports_sync_bn = True
-    default_group_backend = "nccl"
+    default_pg_backend = "nccl"
     amp_dtypes = (torch.float16, torch.bfloat16)
     description = "no torch_gcu; CUDA found"
 
-    def is_available(self) -> bool:
-        return torch.cuda.is_available()
+    def __init__(self):
+        super().__init__(torch.cuda)
 
-    def device_count(self) -> int:
-        return torch.cuda.device_count()
-
-    def current_device(self) -> int:
-        return torch.cuda.current_device()
-
-    def set_device(self, index: int) -> None:
-        torch.cuda.set_device(index)
-
-    def device_name(self, index: int = 0) -> str:
-        return torch.cuda.get_device_name(index)
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize()
-
-    def memory_allocated(self, index: Optional[int] = None) -> Optional[int]:
-        return torch.cuda.memory_allocated(index)
-
-    def max_memory_allocated(self, index: Optional[int] = None) -> Optional[int]:
-        return torch.cuda.max_memory_allocated(index)
-
-    def reset_peak_memory_stats(self, index: Optional[int] = None) -> None:
-        torch.cuda.reset_peak_memory_stats(index)
-
-    def empty_cache(self) -> None:
-        torch.cuda.empty_cache()
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.cuda.manual_seed_all(seed)
-
-    def ddp_device_kwargs(self, index: int):
-        return dict(device_ids=[index], output_device=index)
+    def ddp_kwargs(self, card: int):
+        return dict(device_ids=[card], output_device=card)
 
     def autocast(self, dtype=torch.float16, enabled=True):
         return torch.cuda.amp.autocast(enabled=enabled, dtype=dtype)
@@ -58,13 +70,11 @@ class CudaBackend(DeviceBackend):
         return torch.cuda.amp.GradScaler(**kwargs)
 
 
-class CpuBackend(DeviceBackend):
+class CPUAccelerator(Accelerator):
     """One process per host: every 'card' is the CPU."""
 
-    name = "cpu"
+    kind = "cpu"
     device_type = "cpu"
-    supports_sync_bn = False
-    sync_bn_reason = "SyncBatchNorm has no CPU implementation"
     description = "no torch_gcu and no CUDA; running on the CPU"
 
     def is_available(self) -> bool:

@@ -1,4 +1,5 @@
+from .checkpoint import CPUCheckpointHook
 from .empty_cache import GCUEmptyCacheHook
 from .placement import GCUDevicePlacementHook
 
-__all__ = ["GCUDevicePlacementHook", "GCUEmptyCacheHook"]
+__all__ = ["CPUCheckpointHook", "GCUDevicePlacementHook", "GCUEmptyCacheHook"]

@@ -1,7 +1,8 @@
-"""``GCUDevicePlacementHook``: checks, once before the loop, that every rank is on its card.
+"""``GCUDevicePlacementHook``: before the first loop, every rank is on its own card.
 
-This is seed 001's diagnostic (which patched ``mmengine/runner/runner.py``) built in: it
-stops the run with one message on a wrong placement, instead of an obscure failure later.
+It stops the run with one message on a wrong placement (instead of an obscure failure
+later, or a patch to ``mmengine/runner/runner.py`` to print devices), and logs what mmgcu
+set up: the accelerator, each rank's card, the process groups and precision.
 """
 
 import logging
@@ -13,8 +14,8 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..device import GCUError, get_backend, physical_card
-from ..model.wrappers import misplaced
+from ..device import GCUError, physical_card
+from ..model.placement import misplaced, misplaced_message
 
 
 @HOOKS.register_module()
@@ -23,7 +24,8 @@ class GCUDevicePlacementHook(Hook):
 
     Checks that every parameter and buffer is on this rank's card and that no two ranks
     share a physical card of a host (which also catches more ranks than cards); rank 0
-    logs one line per rank. A single process on a node with more cards is warned that the rest idle.
+    logs one line per rank. A single process on a node with more cards is warned that
+    the rest idle.
     """
 
     priority = "VERY_HIGH"
@@ -44,30 +46,23 @@ class GCUDevicePlacementHook(Hook):
         if self._checked:
             return
         self._checked = True
-        backend = get_backend()
-        card = backend.current_device()
-        device = backend.device(card)
+        accelerator = runner.accelerator
+        card = accelerator.current_device()
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        wrong = misplaced(model, device)
+        wrong = misplaced(model, accelerator.device(card))
         mine = dict(
             rank=runner.rank,
             host=socket.gethostname(),
             card=card,
             physical=physical_card(card),
-            device=str(device),
-            cards=backend.device_count(),
-            misplaced=[f"{n} on {d}" for n, d in wrong[:5]],
-            n_misplaced=len(wrong),
+            device=str(accelerator.device(card)),
+            cards=accelerator.device_count(),
+            misplaced=[(name, str(dev)) for name, dev in wrong],
         )
         everyone = all_gather_object(mine) if get_world_size() > 1 else [mine]
-        self._verify(everyone)
-        lines = [
-            f"rank {r['rank']} on {r['host']}: {r['device']} (card {r['card']} of {r['cards']}"
-            + (f", physical card {r['physical']})" if r["physical"] != str(r["card"]) else ")")
-            for r in everyone
-        ]
-        runner.logger.info("mmgcu placement (%s):\n    %s", backend.name, "\n    ".join(lines))
-        if len(everyone) == 1 and backend.is_gcu and mine["cards"] > 1:
+        verify(everyone)
+        runner.logger.info(summary(runner, everyone))
+        if len(everyone) == 1 and accelerator.is_gcu and mine["cards"] > 1:
             n = mine["cards"]
             print_log(
                 f"using 1 of {n} GCUs: this is a single process, so {n - 1} card(s) idle. "
@@ -77,25 +72,43 @@ class GCUDevicePlacementHook(Hook):
                 level=logging.WARNING,
             )
 
-    @staticmethod
-    def _verify(everyone) -> None:
-        for r in everyone:
-            if r["n_misplaced"]:
-                raise GCUError(
-                    f"rank {r['rank']}: {r['n_misplaced']} parameter(s)/buffer(s) are not on "
-                    f"its card {r['device']}: {', '.join(r['misplaced'])}. Something moved "
-                    "them or created them after the runner placed the model; create "
-                    "parameters in __init__ and let GCURunner move the model."
-                )
-        # Keyed by physical card, this also catches more ranks than cards on a host.
-        seen = {}
-        for r in everyone:
-            key = (r["host"], r["physical"])
-            if key in seen:
-                raise GCUError(
-                    f"ranks {seen[key]} and {r['rank']} both run on card {r['physical']} of "
-                    f"{r['host']}: two ranks on one card. Give each rank of a node its own "
-                    "LOCAL_RANK (torchrun and tools/dist_train.sh do), and give agents that "
-                    "share a host disjoint TOPS_VISIBLE_DEVICES."
-                )
-            seen[key] = r["rank"]
+
+def verify(everyone) -> None:
+    """Raise :class:`GCUError` for a misplaced tensor or two ranks on one card."""
+    for r in everyone:
+        if r["misplaced"]:
+            raise GCUError(misplaced_message(f"rank {r['rank']}", r["device"], r["misplaced"]))
+    # Keyed by physical card, this also catches more ranks than cards on a host.
+    seen = {}
+    for r in everyone:
+        key = (r["host"], r["physical"])
+        if key in seen:
+            raise GCUError(
+                f"ranks {seen[key]} and {r['rank']} both run on card {r['physical']} of "
+                f"{r['host']}: two ranks on one card. Give each rank of a node its own "
+                "LOCAL_RANK (torchrun and tools/dist_train.sh do), and give agents that "
+                "share a host disjoint TOPS_VISIBLE_DEVICES."
+            )
+        seen[key] = r["rank"]
+
+
+def summary(runner, everyone) -> str:
+    """What mmgcu set up, for the log: the accelerator, groups, precision, each rank's card."""
+    accelerator = runner.accelerator
+    facts = accelerator.summary()
+    group = accelerator.card_group.name if accelerator.card_group else "none (one process)"
+    optim = getattr(runner, "optim_wrapper", None)
+    precision = type(optim).__name__ if optim is not None and not isinstance(optim, dict) else "-"
+    cast = getattr(optim, "cast_dtype", None)
+    lines = [
+        f"mmgcu: {facts['kind']} ({facts['description']}); card tensors over {group}; "
+        f"optimizer wrapper {precision}{f' ({cast})' if cast else ''}; memory column: "
+        f"{facts['memory']}",
+    ]
+    for r in everyone:
+        physical = f", physical card {r['physical']}" if r["physical"] != str(r["card"]) else ""
+        lines.append(
+            f"    rank {r['rank']} on {r['host']}: {r['device']} (card {r['card']} of "
+            f"{r['cards']}{physical})"
+        )
+    return "\n".join(lines)

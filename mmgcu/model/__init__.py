@@ -1,3 +1,3 @@
-from .wrappers import GCUDistributedDataParallel
+from .wrappers import GCU1DistributedDataParallel, GCUDistributedDataParallel
 
-__all__ = ["GCUDistributedDataParallel"]
+__all__ = ["GCU1DistributedDataParallel", "GCUDistributedDataParallel"]

@@ -1,77 +1,111 @@
-"""``GCUDistributedDataParallel``: mmengine's DDP wrapper for GCU cards."""
+"""mmengine's DDP wrapper contract on GCU cards, one class per kind of vendor DDP.
 
-from typing import Dict, Tuple, Type
+- :class:`GCUDistributedDataParallel` is an :class:`MMDistributedDataParallel` (torch's
+  DDP) for torch_gcu 2.x, CUDA and the CPU, given this rank's card.
+- :class:`GCU1DistributedDataParallel` is for torch_gcu 1.x, whose DDP is an
+  ``nn.Module`` with a constructor of its own, not torch's DDP: no class can be both it
+  and :class:`MMDistributedDataParallel`. So this wrapper *holds* the vendor DDP (``.ddp``)
+  and gives mmengine the wrapper contract (``.module``, ``train_step``, ``val_step``,
+  ``test_step``, ``no_sync``), reusing :class:`MMDistributedDataParallel`'s own
+  functions for the steps rather than copies of them.
+
+``GCURunner`` builds the accelerator's wrapper wherever a config names mmengine's or
+torch's DDP, and checks the config's device arguments first (:func:`ddp_config`).
+"""
 
 import torch
+from mmengine.dist import get_rank
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
-from ..device import GCUError, get_backend
-from ..dist import device_group
+from ..counterparts import replaces
+from ..device import Accelerator, GCUError
+from .placement import check_placement
 
-_rebased: Dict[Tuple[Type, Type], Type] = {}
-
-
-def _on_base(cls: Type, base: Type) -> Type:
-    """``cls`` re-based on a vendor DDP class (torch_gcu 1.x has its own)."""
-    key = (cls, base)
-    if key not in _rebased:
-        _rebased[key] = type(cls.__name__, (cls, base), {"__module__": cls.__module__})
-    return _rebased[key]
+_STOCK_DDP = (MMDistributedDataParallel, torch.nn.parallel.DistributedDataParallel)
 
 
-def misplaced(module: torch.nn.Module, device: torch.device):
-    """Names of the parameters and buffers of ``module`` that are not on ``device``."""
-    tensors = list(module.named_parameters()) + list(module.named_buffers())
-    return [(name, t.device) for name, t in tensors if t.device != device]
+def ddp_config(cfg: dict, accelerator: Accelerator, card: int) -> dict:
+    """``model_wrapper_cfg`` checked for this rank: device arguments are mmgcu's to set.
+
+    One config serves every rank, so no ``device_ids``/``output_device`` value in it can
+    name every rank's card; ``None`` is what mmengine's own default would leave, and goes.
+    """
+    cfg = dict(cfg)
+    for key in ("device_ids", "output_device"):
+        given = cfg.pop(key, None)
+        if given is not None:
+            raise GCUError(
+                f"model_wrapper_cfg.{key}={given}, but each rank trains on its own card (this "
+                f"one on {accelerator.device(card)}), which one config value cannot name for "
+                f"every rank. Remove {key} from model_wrapper_cfg: mmgcu sets it for every rank."
+            )
+    return cfg
 
 
 @MODEL_WRAPPERS.register_module()
+@replaces(
+    *_STOCK_DDP,
+    why="the stock wrapper leaves the model where get_device() points (the CPU on a GCU "
+    "host) and gives DDP device_ids of its own",
+    everywhere=True,
+)
 class GCUDistributedDataParallel(MMDistributedDataParallel):
-    """An :class:`MMDistributedDataParallel` for the current rank's GCU card.
-
-    It builds over torch DDP on torch_gcu 2.x and over
-    ``torch_gcu.nn.parallel.DistributedDataParallel`` on 1.x, adds the device
-    arguments the generation needs, and refuses a module that is not on this rank's
-    card (naming the parameters), instead of DDP's "device_ids ... module parameters
-    {device(type='cpu')}" (seeds 000/001).
+    """:class:`MMDistributedDataParallel` on this rank's card (torch_gcu 2.x, CUDA, CPU).
 
     Args:
         module: the model, already on this rank's card (``GCURunner.wrap_model`` moves it).
+        accelerator: the runner's accelerator; it names the card's DDP arguments.
         detect_anomalous_params: see :class:`MMDistributedDataParallel`.
-        **kwargs: DDP options (``broadcast_buffers``, ``bucket_cap_mb``, ...). A
-            ``device_ids``/``output_device`` must name this rank's card or be left out.
+        **kwargs: DDP options (``broadcast_buffers``, ``bucket_cap_mb``, ...).
     """
 
-    def __new__(cls, *args, **kwargs):
-        base = get_backend().ddp_class()
-        if not issubclass(cls, base):
-            cls = _on_base(cls, base)
-        return super().__new__(cls)
-
-    def __init__(self, module, detect_anomalous_params: bool = False, **kwargs):
-        backend = get_backend()
-        card = backend.current_device()
-        device = backend.device(card)
-        wrong = misplaced(module, device)
-        if wrong:
-            shown = ", ".join(f"{n} on {d}" for n, d in wrong[:5])
-            raise GCUError(
-                f"{len(wrong)} parameter(s)/buffer(s) are not on this rank's card {device}: "
-                f"{shown}{' ...' if len(wrong) > 5 else ''}. Move the model with "
-                f"model.to('{device}') before wrapping it (GCURunner does this), and do "
-                "not create parameters after wrapping."
-            )
-        device_kwargs = backend.ddp_device_kwargs(card)
-        for key in ("device_ids", "output_device"):
-            given = kwargs.pop(key, None)
-            if given is not None and given != device_kwargs.get(key):
-                raise GCUError(
-                    f"model_wrapper_cfg.{key}={given} but this rank trains on card {card} "
-                    f"({device}), which needs {key}={device_kwargs.get(key)}. Remove "
-                    f"{key} from model_wrapper_cfg: mmgcu sets it for every rank."
-                )
-        kwargs.update(device_kwargs)
-        if device_group() is not None:
-            kwargs.setdefault("process_group", device_group())
+    def __init__(self, module, accelerator: Accelerator, detect_anomalous_params=False, **kwargs):
+        card = accelerator.current_device()
+        check_placement(module, accelerator.device(card), f"rank {get_rank()}")
+        kwargs.update(accelerator.ddp_kwargs(card))
         super().__init__(module, detect_anomalous_params=detect_anomalous_params, **kwargs)
+
+
+@MODEL_WRAPPERS.register_module()
+@replaces(
+    *_STOCK_DDP,
+    why="torch_gcu 1.x trains with its own DDP (not torch's), on this rank's card and ECCL group",
+    everywhere=True,
+)
+class GCU1DistributedDataParallel(torch.nn.Module):
+    """mmengine's wrapper contract around torch_gcu 1.x's DistributedDataParallel.
+
+    Args:
+        module: the model, already on this rank's card.
+        accelerator: the runner's torch_gcu 1.x accelerator; it names the vendor DDP, the
+            card (``device_ids=[card]``) and the ECCL group.
+        detect_anomalous_params: see :class:`MMDistributedDataParallel`.
+        **kwargs: the vendor DDP's options (``broadcast_buffers``, ``bucket_cap_mb``,
+            ``find_unused_parameters``, ``gradient_as_bucket_view``).
+    """
+
+    def __init__(self, module, accelerator: Accelerator, detect_anomalous_params=False, **kwargs):
+        super().__init__()
+        card = accelerator.current_device()
+        check_placement(module, accelerator.device(card), f"rank {get_rank()}")
+        kwargs.update(accelerator.ddp_kwargs(card))
+        self.ddp = accelerator.vendor_ddp()(module, **kwargs)
+        self.detect_anomalous_params = detect_anomalous_params
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.ddp.module
+
+    def forward(self, *args, **kwargs):
+        return self.ddp(*args, **kwargs)
+
+    def no_sync(self):
+        """Skip the gradient all-reduce (gradient accumulation), as torch's DDP does."""
+        return self.ddp.no_sync()
+
+    # mmengine's own steps: they need only .module, _run_forward, forward and the flag.
+    train_step = MMDistributedDataParallel.train_step
+    val_step = MMDistributedDataParallel.val_step
+    test_step = MMDistributedDataParallel.test_step
+    _run_forward = MMDistributedDataParallel._run_forward

@@ -1,7 +1,9 @@
 """Optimizer wrappers that step and autocast on GCU cards.
 
-``GCURunner`` maps a config's ``OptimWrapper`` / ``AmpOptimWrapper`` (what stock
-``tools/train.py --amp`` sets) to these on a GCU, so configs and flags stay stock.
+On a GCU ``GCURunner`` builds these for a config's ``OptimWrapper``/``AmpOptimWrapper``
+(what stock ``tools/train.py --amp`` sets), and binds them to its accelerator and model
+(:meth:`CardStep.bind`): the step is the accelerator's, which on torch_gcu 1.x is
+``torch_gcu.optimizer_step(optimizer, [loss], model=model, mode=...)``, the lazy graph run.
 """
 
 from contextlib import contextmanager
@@ -11,40 +13,69 @@ import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
-from ..device import GCUError, get_backend
+from ..counterparts import replaces
+from ..device import Accelerator, GCUError
 
 
-def _step(optim_wrapper: OptimWrapper, **kwargs) -> None:
-    """One optimizer step; torch_gcu 1.x runs its lazy graph here (once per step)."""
-    get_backend().optimizer_step(optim_wrapper.optimizer, **kwargs)
+class CardStep:
+    """What both GCU optimizer wrappers share: the accelerator and model a step runs on,
+    and the last loss, which a lazy device's graph takes as an output."""
+
+    accelerator: Optional[Accelerator] = None
+    model: Optional[torch.nn.Module] = None
+    _loss: Optional[torch.Tensor] = None
+
+    def bind(self, accelerator: Accelerator, model: torch.nn.Module) -> None:
+        """Step on ``accelerator``'s card for ``model`` (``GCURunner`` calls this)."""
+        self.accelerator = accelerator
+        self.model = model
+
+    def _bound(self) -> Accelerator:
+        if self.accelerator is None:
+            raise GCUError(
+                f"{type(self).__name__} steps on a card GCURunner binds it to; build it "
+                "through GCURunner (runner_type='GCURunner') or call bind(accelerator, model)."
+            )
+        return self.accelerator
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        self._loss = loss.detach()
+        super().backward(loss, **kwargs)
 
 
 @OPTIM_WRAPPERS.register_module()
-class GCUOptimWrapper(OptimWrapper):
-    """:class:`OptimWrapper` whose step goes through the device layer.
-
-    On torch_gcu 1.x that is ``torch_gcu.optimizer_step`` (which runs the XLA graph);
-    elsewhere it is ``optimizer.step()``. Gradient accumulation is mmengine's: the step
-    runs once per ``accumulative_counts`` iterations.
-    """
+@replaces(
+    OptimWrapper,
+    why="on torch_gcu 1.x the step is torch_gcu.optimizer_step, which runs the lazy graph",
+)
+class GCUOptimWrapper(CardStep, OptimWrapper):
+    """:class:`OptimWrapper` whose step is the accelerator's (once per optimizer step, so
+    with ``accumulative_counts`` once per accumulation)."""
 
     def step(self, **kwargs) -> None:
+        accelerator = self._bound()
         if self.clip_grad_kwargs:
             self._clip_grad()
-        _step(self, **kwargs)
+        accelerator.optimizer_step(self.optimizer, self.model, self._loss, **kwargs)
 
 
 @OPTIM_WRAPPERS.register_module()
-class GCUAmpOptimWrapper(AmpOptimWrapper):
-    """:class:`AmpOptimWrapper` that autocasts on the card with the generation's scaler.
-
-    Stock ``AmpOptimWrapper`` asserts CUDA/NPU/MLU/MUSA and binds ``torch.cuda.amp``;
-    this one asks the device layer for autocast and ``GradScaler``.
+@replaces(
+    AmpOptimWrapper,
+    why="the stock one asserts CUDA and autocasts on get_device(), the CPU of a GCU host",
+)
+class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
+    """:class:`AmpOptimWrapper` with the card's autocast and ``GradScaler``.
 
     Args:
-        loss_scale: ``'dynamic'``, a float (static scale) or GradScaler kwargs.
-        dtype: ``'float16'`` (default) or ``'bfloat16'`` (torch_gcu 2.x only).
+        loss_scale: ``'dynamic'``, a float (static scale) or ``GradScaler`` arguments.
+        dtype: ``'float16'`` (default) or ``'bfloat16'``.
         **kwargs: passed to :class:`OptimWrapper`.
+
+    ``AmpOptimWrapper.__init__`` (mmengine 0.10.7) asserts CUDA and builds
+    ``torch.cuda.amp.GradScaler``, so this ``__init__`` does not call it: it takes the same
+    arguments, and the card's scaler is made at :meth:`bind`. A test fails when that
+    upstream ``__init__`` changes.
     """
 
     def __init__(
@@ -56,49 +87,44 @@ class GCUAmpOptimWrapper(AmpOptimWrapper):
     ):
         if use_fsdp:
             raise GCUError("GCUAmpOptimWrapper does not support use_fsdp=True")
-        OptimWrapper.__init__(self, **kwargs)  # skip AmpOptimWrapper's CUDA assertion
-        backend = get_backend()
+        OptimWrapper.__init__(self, **kwargs)
+        self._scale_update_param = None
+        if loss_scale == "dynamic":
+            self._scaler_args = {}
+        elif isinstance(loss_scale, float):
+            self._scale_update_param = loss_scale
+            self._scaler_args = dict(init_scale=loss_scale)
+        elif isinstance(loss_scale, dict):
+            self._scaler_args = dict(loss_scale)
+        else:
+            raise TypeError(
+                f'loss_scale must be of type float, dict, or "dynamic", but got {loss_scale}'
+            )
         if isinstance(dtype, str):
             if dtype not in self.valid_dtypes:
                 raise GCUError(f"optim_wrapper.dtype={dtype!r}: use one of {self.valid_dtypes}")
             dtype = getattr(torch, dtype)
         self.cast_dtype = dtype or torch.float16
-        if self.cast_dtype not in backend.amp_dtypes:
+        self.loss_scaler = None
+
+    def bind(self, accelerator: Accelerator, model: torch.nn.Module) -> None:
+        if self.cast_dtype not in accelerator.amp_dtypes:
             raise GCUError(
-                f"mixed precision with {self.cast_dtype} is not supported on {backend.name} "
-                f"({backend.description}); supported: {backend.amp_dtypes or 'none'}"
+                f"mixed precision with {self.cast_dtype} is not supported on "
+                f"{accelerator.kind} ({accelerator.description}); supported: "
+                f"{accelerator.amp_dtypes or 'none'}"
             )
-        self._scale_update_param = None
-        if loss_scale == "dynamic":
-            self.loss_scaler = backend.grad_scaler()
-        elif isinstance(loss_scale, float):
-            self._scale_update_param = loss_scale
-            self.loss_scaler = backend.grad_scaler(init_scale=loss_scale)
-        elif isinstance(loss_scale, dict):
-            self.loss_scaler = backend.grad_scaler(**loss_scale)
-        else:
-            raise TypeError(f'loss_scale must be a float, a dict or "dynamic", got {loss_scale}')
+        super().bind(accelerator, model)
+        if self.loss_scaler is None:
+            self.loss_scaler = accelerator.grad_scaler(**self._scaler_args)
 
     def step(self, **kwargs) -> None:
-        backend = get_backend()
-        if not backend.lazy_step:
-            super().step(**kwargs)
-            return
-        # torch_gcu 1.x: the step must be its lazy-graph call, so do GradScaler.step's
-        # work with its public API: unscale, skip the step on inf/nan, update the scale.
-        self.loss_scaler.unscale_(self.optimizer)
-        if self.clip_grad_kwargs:
-            self._clip_grad()
-        grads = [
-            p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None
-        ]
-        # One host sync for all gradients (each sync runs the lazy graph on 1.x).
-        finite = torch.stack([torch.isfinite(g).all() for g in grads]).all() if grads else True
-        if bool(finite):
-            _step(self, **kwargs)
-        self.loss_scaler.update(self._scale_update_param)
+        accelerator = self._bound()
+        super().step(**kwargs)  # unscale and clip, scaler.step, scaler.update
+        accelerator.after_amp_step(self.optimizer, self.model, self.loss_scaler, self._loss)
 
     @contextmanager
     def optim_context(self, model: torch.nn.Module):
-        with OptimWrapper.optim_context(self, model), get_backend().autocast(self.cast_dtype):
+        # AmpOptimWrapper's context autocasts on get_device(); this one on the card.
+        with OptimWrapper.optim_context(self, model), self._bound().autocast(self.cast_dtype):
             yield

@@ -15,7 +15,9 @@ ENV_CARDS = "MMGCU_SIMULATE"
 ENV_API = "MMGCU_SIMULATE_API"
 # MMGCU_SIMULATE_ECCL=0 models a GCU host whose ECCL is missing (a broken install).
 ENV_ECCL = "MMGCU_SIMULATE_ECCL"
-APIS = ("v2", "legacy")
+#: The torch_gcu generations the simulator models, and the other names users type for them.
+APIS = ("gcu2", "gcu1")
+API_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +49,12 @@ def install(cards=None, api=None):
     if is_installed():
         return sys.modules["torch_gcu"]
     cards = int(cards if cards is not None else os.environ.get(ENV_CARDS, "0"))
-    api = api or os.environ.get(ENV_API) or "v2"
+    given = api or os.environ.get(ENV_API) or "gcu2"
+    api = API_ALIASES.get(given, given)
     if api not in APIS:
-        raise ValueError(f"{ENV_API}={api!r}: expected one of {', '.join(APIS)}")
+        raise ValueError(
+            f"{ENV_API}={given!r}: expected one of {', '.join(APIS + tuple(API_ALIASES))}"
+        )
     if cards < 1:
         raise ValueError(f"{ENV_CARDS}={cards}: simulate at least one card")
 
@@ -58,14 +63,9 @@ def install(cards=None, api=None):
     state.ext = load_extension()
     state.cards = visible_cards(cards)
     state.ext.install(state.cards)
-    if api == "v2":
-        from . import v2 as flavour
-    else:
-        from . import legacy as flavour
-    state.device_type = "gcu" if api == "v2" else "xla"
-    module = flavour.build()
+    state.device_type = "gcu" if api == "gcu2" else "xla"
     state.api = api
-    sys.modules["torch_gcu"] = module
+    module = _install_gcu2() if api == "gcu2" else _install_gcu1()
     logger.warning(
         "mmgcu: torch_gcu is SIMULATED (%s API, %d cards on host memory); "
         "results prove device placement and distribution, not GCU speed or numerics",
@@ -73,3 +73,25 @@ def install(cards=None, api=None):
         state.cards,
     )
     return module
+
+
+def _install_gcu2():
+    from . import v2
+
+    module = v2.build()
+    sys.modules["torch_gcu"] = module
+    return module
+
+
+def _install_gcu1():
+    """Register the package ``torch_gcu1`` as ``torch_gcu`` and each of its modules."""
+    import importlib
+    import pkgutil
+
+    from . import torch_gcu1
+
+    for info in pkgutil.walk_packages(torch_gcu1.__path__, torch_gcu1.__name__ + "."):
+        module = importlib.import_module(info.name)
+        sys.modules["torch_gcu" + info.name[len(torch_gcu1.__name__) :]] = module
+    sys.modules["torch_gcu"] = torch_gcu1
+    return torch_gcu1

@@ -48,7 +48,7 @@ def reset_peak_memory_stats(device=None) -> None:
 
 def empty_cache() -> None:
     """No caching allocator to drain (freed card memory is released at once); counted."""
-    state.calls["empty_cache"] += 1
+    state.counters["empty_cache"] += 1
 
 
 def mem_get_info(device=None):

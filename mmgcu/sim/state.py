@@ -1,14 +1,15 @@
-"""What the installed simulator knows: its flavour, its cards and the native extension."""
+"""What the installed simulator knows: its flavour, its cards, the native part and its counters."""
 
+import collections
 from typing import Optional
 
 ext = None  # the compiled extension (mmgcu/sim/csrc), set by install()
-api: Optional[str] = None  # 'v2' or 'legacy'
+api: Optional[str] = None  # 'gcu2' or 'gcu1'
 cards: int = 0  # cards visible to this process
-device_type: Optional[str] = None  # 'gcu' (v2) or 'xla' (legacy)
-# Calls the plugin made into the simulated vendor API, so tests can check it drives it
-# (the legacy lazy step once per optimizer step, empty_cache where configured).
-calls = {"optimizer_step": 0, "unlazy": 0, "sync_lived_tensor": 0, "empty_cache": 0}
+device_type: Optional[str] = None  # 'gcu' (torch_gcu 2.x) or 'xla' (torch_gcu 1.x)
+#: Vendor calls this process made, and the lazy graphs it ran (torch_gcu 1.x), so tests and
+#: the benchmark can see how mmgcu drives the simulated torch_gcu.
+counters: collections.Counter = collections.Counter()
 
 
 def current_card() -> int:
@@ -24,3 +25,9 @@ def check_card(index) -> int:
             "(simulated; see TOPS_VISIBLE_DEVICES)"
         )
     return index
+
+
+def host_reads() -> int:
+    """Reads of card values by the host in this process (scalar reads and copies to the CPU)."""
+    reads = ext.host_reads()
+    return int(reads["scalar_reads"] + reads["copies_to_host"])

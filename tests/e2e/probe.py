@@ -14,11 +14,11 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 
-def _sim_calls(name):
-    """Calls of the simulated vendor API ``name`` in this rank (None off the simulator)."""
+def _sim_count(name):
+    """A counter of the simulated torch_gcu in this rank (None off the simulator)."""
     from mmgcu import sim
 
-    return sim.state.calls[name] if sim.is_installed() else None
+    return sim.state.counters[name] if sim.is_installed() else None
 
 
 @HOOKS.register_module()
@@ -62,8 +62,9 @@ class ProbeHook(Hook):
             wrapper_mro=[c.__name__ for c in type(runner.model).__mro__],
             optim_wrapper=[c.__name__ for c in type(runner.optim_wrapper).__mro__],
             logits_dtypes=sorted(self.logits_dtypes),
-            lazy_steps=_sim_calls("optimizer_step"),
-            empty_cache_calls=_sim_calls("empty_cache"),
+            lazy_steps=_sim_count("optimizer_step"),
+            empty_cache_calls=_sim_count("empty_cache"),
+            graph_runs=_sim_count("graph_runs"),
             param_checksum=checksum(model.parameters()),
             buffer_checksum=checksum(model.buffers()),
             iter=runner.iter,

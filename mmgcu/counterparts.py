@@ -1,0 +1,131 @@
+"""Stock mmengine classes that assume CUDA, and the GCU classes that stand in for them.
+
+Each GCU class declares what it replaces next to its own definition::
+
+    @LOOPS.register_module()
+    @replaces(ValLoop, why="its fp16 autocast runs on the card")
+    class GCUValLoop(ValLoop): ...
+
+:class:`Counterparts` resolves a config's ``type`` (a name, a scoped name such as
+``'mmengine.ValLoop'``, or a class, as mmengine's pure-Python configs give it) through its
+registry and returns the GCU class on GCU cards, logging each substitution once. Configs
+and stock flags (``tools/train.py --amp`` sets ``AmpOptimWrapper``) therefore stay stock.
+A user's subclass of a replaced stock class is kept, with a warning: it inherits the CUDA
+assumption, and mmgcu cannot know what it overrides.
+
+DDP is replaced on every kind of device (``everywhere=True``): the stock wrapper leaves the
+model where ``get_device()`` says and gives DDP ``device_ids`` of its own. Several GCU
+classes replace it; the accelerator names the one for its kind (``ddp_wrapper``).
+"""
+
+import copy
+import logging
+from typing import Dict, List, Optional
+
+from mmengine.logging import print_log
+
+_REPLACEMENTS: Dict[type, List[type]] = {}
+_STOCK_OF: Dict[type, type] = {}
+_WHY: Dict[type, str] = {}
+_EVERYWHERE = set()
+
+
+def replaces(*stock: type, why: str, everywhere: bool = False):
+    """Class decorator: the decorated class stands in for each of ``stock`` on GCU cards
+    (on every device with ``everywhere``); ``why`` says what the stock class gets wrong."""
+
+    def register(cls: type) -> type:
+        for base in stock:
+            _REPLACEMENTS.setdefault(base, []).append(cls)
+            _STOCK_OF.setdefault(cls, base)
+        _WHY[cls] = why
+        if everywhere:
+            _EVERYWHERE.add(cls)
+        return cls
+
+    return register
+
+
+def replacement_of(stock: type) -> List[type]:
+    """The GCU classes registered for ``stock``."""
+    return list(_REPLACEMENTS.get(stock, ()))
+
+
+class Counterparts:
+    """Resolves config types to the classes an accelerator needs, for one runner."""
+
+    def __init__(self, accelerator):
+        self.accelerator = accelerator
+        self._said = set()
+
+    def resolve(self, cfg, registry, default: Optional[str] = None):
+        """``cfg`` (a dict) with its ``type`` as a class: the GCU class where one stands in."""
+        if not isinstance(cfg, dict):
+            if cfg is not None:
+                self.check_instance(cfg)
+            return cfg
+        given = cfg.get("type", default)
+        cls = given if isinstance(given, type) else registry.get(given) if given else None
+        if cls is None:  # unknown names: mmengine's own error says it best
+            return cfg
+        cfg = copy.copy(cfg)
+        cfg["type"] = self.target(cls)
+        return cfg
+
+    def target(self, cls: type) -> type:
+        """The class to build for ``cls`` on this accelerator."""
+        stock = _STOCK_OF.get(cls, cls)
+        candidates = _REPLACEMENTS.get(stock)
+        if candidates is None:
+            self._check_subclass(cls)
+            return cls
+        chosen = self._choose(candidates)
+        if chosen is None or chosen is cls:
+            return cls
+        self._say(cls, chosen)
+        return chosen
+
+    def _choose(self, candidates: List[type]) -> Optional[type]:
+        if len(candidates) > 1:  # DDP: the accelerator names its wrapper
+            named = [c for c in candidates if c.__name__ == self.accelerator.ddp_wrapper]
+            return named[0] if named else None
+        (cls,) = candidates
+        return cls if self.accelerator.is_gcu or cls in _EVERYWHERE else None
+
+    def check_instance(self, obj) -> None:
+        """Warn about an already built object of a stock class that has a GCU counterpart."""
+        cls = type(obj)
+        gcu = self._choose(_REPLACEMENTS[cls]) if cls in _REPLACEMENTS else None
+        if gcu is not None:
+            self._warn(
+                cls,
+                f"a {cls.__name__} object was given, so mmgcu cannot build {gcu.__name__} "
+                f"instead ({_WHY[gcu]}). Give it as a config dict (type='{cls.__name__}').",
+            )
+
+    def _check_subclass(self, cls: type) -> None:
+        if not self.accelerator.is_gcu:
+            return
+        for stock, candidates in _REPLACEMENTS.items():
+            gcu = self._choose(candidates)
+            if gcu is not None and issubclass(cls, stock) and not issubclass(cls, gcu):
+                self._warn(
+                    cls,
+                    f"{cls.__name__} subclasses {stock.__name__}, which assumes CUDA "
+                    f"({gcu.__name__} exists because {_WHY[gcu]}). mmgcu keeps it as it is; "
+                    f"derive it from {gcu.__name__} to run it on GCU cards.",
+                )
+
+    def _say(self, cls: type, gcu: type) -> None:
+        if (cls, gcu) not in self._said:
+            self._said.add((cls, gcu))
+            print_log(
+                f"mmgcu: {gcu.__name__} stands in for {cls.__name__} on "
+                f"{self.accelerator.kind}: {_WHY[gcu]}",
+                logger="current",
+            )
+
+    def _warn(self, cls: type, message: str) -> None:
+        if cls not in self._said:
+            self._said.add(cls)
+            print_log(f"mmgcu: {message}", logger="current", level=logging.WARNING)

@@ -1,0 +1,191 @@
+"""torch_gcu 1.x, the T20 stack (TopsRider 2.x, torch 1.10): cards are lazy XLA devices.
+
+Read from the Python layer of a public 1.x release (repository ``mango-MilkT/GCU-PC-share``,
+folder ``torch_gcu/``); each call below names the file it relies on. Only torch 1.10 APIs.
+
+What that source shows and mmgcu builds on:
+
+- ``core/device.py``: cards are ``gcu_device(i)`` = ``xla:i``; ``set_device`` silently
+  ignores an index that is not a card (so mmgcu checks the index first).
+- ``distributed/distributed_c10d.py``: ``torch_gcu.distributed`` is a world of its own
+  with ECCL only; torch.distributed does not know ``'eccl'``; no object collectives.
+  mmengine's collectives therefore get a torch.distributed gloo group and card tensors an
+  ECCL group of torch_gcu.distributed, created with a group name of its own (both worlds
+  prefix their keys on torchrun's store with ``default_pg`` and would otherwise both use
+  group name ``'0'``).
+- ``distributed/rendezvous.py``: off torchrun's agent store, its rank 0 hosts its own
+  store server at MASTER_PORT; mmgcu then gives it MASTER_PORT + 1.
+- ``nn/parallel/distributed.py``: its DDP is an ``nn.Module`` (not torch's DDP) whose
+  ``device_ids=None`` means every visible card; mmgcu passes ``[this rank's card]``.
+- ``core/model.py``: the step is ``optimizer_step(optimizer, extra_output, model=...,
+  mode=JitRunMode)``; with ``model`` only parameters, optimizer state, buffers and the
+  loss are graph outputs. AMP runs ``scaler.step``, ``scaler.update`` and then
+  ``unlazy(collect_amp_training_params(model, optimizer, scaler) + [loss])``.
+- ``amp/``: autocast takes float16 and bfloat16; ``GradScaler`` is a plain object whose
+  ``use_zero_grad=True`` avoids the host barrier of the inf check (its other path calls
+  ``unlazy`` with an argument ``unlazy`` does not take).
+- ``core/debug.py``: memory only as ``get_hbm_alloc_size`` (allocated now, no peak);
+  no ``empty_cache``. ``core/random.py``: ``manual_seed_all`` only.
+  ``core/version.py``: ``get_version()``.
+
+ASSUMED (the source is silent; the strictest reading is taken):
+
+- ECCL carries only card tensors, each group bound to the card of ``LOCAL_RANK``.
+- A torch.distributed store cannot be handed to torch_gcu.distributed (its stores are
+  its own C++ classes), so each world makes its own store client or server.
+- ``get_hbm_alloc_size`` does not run the pending graph (it is read once per log line).
+"""
+
+import datetime
+import os
+from typing import Optional
+
+import torch
+
+from .base import Accelerator, CardGroup, GCUError
+
+#: ``env_cfg.gcu_jit_mode`` values; None picks ASYNC for several ranks, SAFEASYNC for one,
+#: as Enflame's own training scripts do.
+JIT_MODES = ("SYNC", "ASYNC", "SAFEASYNC")
+ECCL_GROUP_NAME = "mmgcu_eccl"
+
+
+class GCU1Accelerator(Accelerator):
+    kind = "gcu1"
+    device_type = "xla"
+    is_gcu = True
+    default_pg_backend = "gloo"
+    ddp_wrapper = "GCU1DistributedDataParallel"
+    amp_dtypes = (torch.float16, torch.bfloat16)
+
+    def __init__(self, torch_gcu, jit_mode: Optional[str] = None):
+        super().__init__()
+        self.torch_gcu = torch_gcu
+        self.description = f"torch_gcu {torch_gcu.get_version()} (1.x, XLA 'xla')"
+        if jit_mode is not None and jit_mode not in JIT_MODES:
+            raise GCUError(f"env_cfg.gcu_jit_mode={jit_mode!r}: use one of {JIT_MODES}")
+        self.jit_mode = jit_mode
+
+    def is_available(self) -> bool:
+        return bool(self.torch_gcu.is_available())
+
+    def device_count(self) -> int:
+        return int(self.torch_gcu.device_count())
+
+    def current_device(self) -> int:
+        return int(self.torch_gcu.current_device())
+
+    def set_device(self, index: int) -> None:
+        if not 0 <= index < self.device_count():  # 1.x would ignore it without a word
+            raise GCUError(f"card {index} does not exist: {self.device_count()} card(s) visible")
+        self.torch_gcu.set_device(index)
+
+    def device(self, index: Optional[int] = None) -> torch.device:
+        return self.torch_gcu.gcu_device(self.current_device() if index is None else index)
+
+    def device_name(self, index: int = 0) -> str:
+        return str(self.torch_gcu.get_device_name(index))
+
+    def peak_memory(self, index: int) -> Optional[int]:
+        return int(self.torch_gcu.get_hbm_alloc_size(index))
+
+    @property
+    def memory_source(self) -> str:
+        return "HBM allocated at the log line (torch_gcu 1.x get_hbm_alloc_size; no peak)"
+
+    def manual_seed_all(self, seed: int) -> None:
+        self.torch_gcu.manual_seed_all(int(seed) % 2**32)
+
+    def check_collectives(self) -> None:
+        if not self._distributed().is_eccl_available():
+            raise GCUError(
+                "ECCL is not available: torch_gcu.distributed.is_eccl_available() is False "
+                "(torch_gcu could not load ProcessGroupECCL). Install the ECCL package of "
+                "your TopsRider release."
+            )
+
+    def _distributed(self):
+        import torch_gcu.distributed as gcu_dist
+
+        return gcu_dist
+
+    def init_process_groups(self, pg_backend: str, timeout=None, **kwargs) -> CardGroup:
+        import torch.distributed as dist
+
+        timeout = timeout or datetime.timedelta(minutes=30)
+        try:
+            dist.init_process_group(backend=pg_backend, timeout=timeout, **kwargs)
+        except Exception as e:
+            raise GCUError(f"creating the torch.distributed {pg_backend} group failed: {e}") from e
+        gcu_dist = self._distributed()
+        try:
+            gcu_dist.init_process_group(
+                "eccl", init_method=_eccl_init_method(), timeout=timeout, group_name=ECCL_GROUP_NAME
+            )
+        except Exception as e:
+            raise GCUError(
+                f"creating the ECCL group (torch_gcu.distributed, for card tensors) failed: {e}"
+            ) from e
+        if self.jit_mode is None:
+            self.jit_mode = "ASYNC" if dist.get_world_size() > 1 else "SAFEASYNC"
+        self.card_group = CardGroup(gcu_dist, gcu_dist.group.WORLD, "torch_gcu.distributed eccl")
+        return self.card_group
+
+    def adopt_process_groups(self) -> CardGroup:
+        gcu_dist = self._distributed()
+        if not gcu_dist.is_initialized():
+            raise GCUError(
+                "torch.distributed was initialised before GCURunner, but torch_gcu.distributed "
+                "was not, so card tensors have no ECCL group. Let GCURunner create both (a "
+                "launcher and no init_process_group of your own), or also call "
+                "torch_gcu.distributed.init_process_group('eccl', group_name='mmgcu_eccl')."
+            )
+        self.card_group = CardGroup(gcu_dist, gcu_dist.group.WORLD, "torch_gcu.distributed eccl")
+        return self.card_group
+
+    def ddp_kwargs(self, card: int):
+        # device_ids=None would replicate the model onto every visible card.
+        return dict(device_ids=[card], process_group=self.card_group.group)
+
+    def vendor_ddp(self):
+        return self.torch_gcu.nn.parallel.DistributedDataParallel
+
+    def autocast(self, dtype=torch.float16, enabled=True):
+        if dtype not in self.amp_dtypes:
+            raise GCUError(f"torch_gcu 1.x autocast supports float16 and bfloat16, not {dtype}")
+        return self.torch_gcu.amp.autocast(enabled=enabled, dtype=dtype)
+
+    def grad_scaler(self, **kwargs):
+        # use_zero_grad: no host barrier for the inf check (a skipped step becomes a zero step).
+        return self.torch_gcu.amp.GradScaler(use_zero_grad=True, **kwargs)
+
+    def _mode(self):
+        return getattr(self.torch_gcu.JitRunMode, self.jit_mode or "SAFEASYNC")
+
+    def optimizer_step(self, optimizer, model=None, loss=None, **kwargs) -> None:
+        self.torch_gcu.optimizer_step(
+            optimizer,
+            extra_output=[loss] if loss is not None else None,
+            optimizer_args=kwargs,
+            model=model,
+            mode=self._mode(),
+            device=None if model is not None else self.current_device(),
+        )
+
+    def after_amp_step(self, optimizer, model, scaler, loss) -> None:
+        outputs = self.torch_gcu.collect_amp_training_params(model, optimizer, scaler)
+        self.torch_gcu.unlazy(outputs + ([loss] if loss is not None else []), mode=self._mode())
+
+    def summary(self):
+        facts = super().summary()
+        facts["process_groups"] = "torch.distributed gloo + torch_gcu.distributed eccl"
+        facts["jit_mode"] = self.jit_mode or "ASYNC with several ranks, else SAFEASYNC"
+        return facts
+
+
+def _eccl_init_method() -> str:
+    """torchrun's agent store for ECCL too; otherwise a server of its own at MASTER_PORT + 1."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return "env://"
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1
+    return f"tcp://{addr}:{port}?rank={os.environ['RANK']}&world_size={os.environ['WORLD_SIZE']}"

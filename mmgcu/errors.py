@@ -1,0 +1,62 @@
+"""The one import-time hook of mmgcu besides the simulator: how a failed run ends.
+
+``sys.excepthook`` is wrapped for two cases only, and everything else reaches the previous
+hook untouched:
+
+- a :class:`~mmgcu.device.GCUError` (a launch or set-up mistake): its message already
+  says what was found, what was expected and the fix, so it is printed alone;
+- a config that imports mmgcu but leaves ``runner_type`` out: mmengine's own Runner then
+  calls ``torch.cuda.set_device`` in ``init_dist`` on a host whose cards are GCUs, and
+  fails there ("_cuda_setDevice" or "Found no NVIDIA driver"). mmgcu names the missing key.
+
+``MMGCU_TRACEBACK=1`` keeps the full traceback in both cases.
+"""
+
+import importlib.util
+import os
+import sys
+import traceback
+
+from .device import GCUError
+
+RUNNER_TYPE_MISSING = (
+    "the config imports mmgcu but runs mmengine's own Runner, whose init_dist calls "
+    "torch.cuda.set_device on a GCU host. Add runner_type = 'GCURunner' to the config "
+    "(or inherit configs/_base_/gcu_runtime.py, which sets it)."
+)
+
+
+def _failed_in_stock_init_dist(exc_type, exc, tb) -> bool:
+    """Whether this is stock mmengine setting a CUDA device in ``init_dist`` on a GCU host."""
+    frames = [f.name for f in traceback.extract_tb(tb)]
+    cuda_error = "cuda" in str(exc).lower() or "nvidia" in str(exc).lower()
+    on_gcu = "torch_gcu" in sys.modules or importlib.util.find_spec("torch_gcu") is not None
+    return on_gcu and cuda_error and any(name.startswith("_init_dist_") for name in frames)
+
+
+def _explain(exc_type, exc, tb):
+    """The message mmgcu prints instead of the traceback, or None to leave it alone."""
+    if os.environ.get("MMGCU_TRACEBACK"):
+        return None
+    if issubclass(exc_type, GCUError):
+        return f"\nmmgcu: {exc}\n"
+    if _failed_in_stock_init_dist(exc_type, exc, tb):
+        return f"\n{exc_type.__name__}: {exc}\nmmgcu: {RUNNER_TYPE_MISSING}\n"
+    return None
+
+
+def install(previous=None) -> None:
+    """Wrap ``sys.excepthook`` (once)."""
+    previous = previous or sys.excepthook
+    if getattr(previous, "mmgcu", False):
+        return
+
+    def hook(exc_type, exc, tb):
+        message = _explain(exc_type, exc, tb)
+        if message is None:
+            previous(exc_type, exc, tb)
+        else:
+            sys.stderr.write(message)
+
+    hook.mmgcu = True
+    sys.excepthook = hook

@@ -1,0 +1,5 @@
+"""Models torch_gcu/nn/parallel of a 1.x release."""
+
+from .distributed import DistributedDataParallel
+
+__all__ = ["DistributedDataParallel"]
