@@ -1,0 +1,44 @@
+"""The simulated torch_gcu 1.x conforms to the public 1.x source, fact by fact.
+
+Each fact (``tests/sim/programs/torch_gcu1_facts.py``) names the file of the 1.x source it
+comes from. The one-process facts run in one interpreter, the distributed ones under
+torchrun with two ranks on two simulated cards.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, clean_env, last_json
+from tests.sim.programs import torch_gcu1_facts
+
+PROGRAM = torch_gcu1_facts.__file__
+
+
+def _run(ranks: int) -> dict:
+    cmd = [sys.executable, PROGRAM]
+    if ranks > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd += [f"--nproc_per_node={ranks}", PROGRAM]
+    env = clean_env(MMGCU_SIMULATE=2, MMGCU_SIMULATE_API="gcu1", OMP_NUM_THREADS=1)
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return last_json(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {1: _run(1), 2: _run(2)}
+
+
+@pytest.mark.parametrize(
+    "name,source,says,ranks",
+    [(name, source, says, ranks) for name, source, says, _, ranks in torch_gcu1_facts.FACTS],
+    ids=[f"{source}::{name}" for name, source, _, _, _ in torch_gcu1_facts.FACTS],
+)
+def test_fact(results, name, source, says, ranks):
+    outcome = results[ranks][name]
+    if outcome.startswith("skip: "):
+        pytest.skip(outcome[len("skip: ") :])
+    assert outcome == "", f"torch_gcu/{source}: {says}\n{outcome}"
