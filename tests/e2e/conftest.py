@@ -7,10 +7,18 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.conftest import REPO, clean_env, free_port  # noqa: F401 (re-exported)
 
 TINY = osp.join(REPO, "configs", "tiny", "fcn_r18-tiny_8xgcu_synthetic-64x64.py")
+
+#: The torch_gcu generation the end-to-end runs of this leg simulate: the T20 stack
+#: (Python 3.8, torch 1.10) runs torch_gcu 1.x; the main leg (torch 2.x) runs 2.x,
+#: which exists only for torch 2.x.
+LEG_API = "gcu1" if torch.__version__.startswith("1.") else "gcu2"
+DEVICE_TYPE = {"gcu1": "xla", "gcu2": "gcu"}
+LEG_DEVICE = DEVICE_TYPE[LEG_API]
 
 
 def mmseg_tool(name: str) -> str:
@@ -55,7 +63,7 @@ def torchrun(
     args,
     nproc,
     cards,
-    api="v2",
+    api=LEG_API,
     timeout=600,
     extra_env=None,
     nnodes=None,

@@ -27,54 +27,29 @@ from typing import Dict, Optional, Tuple
 import pytest
 
 from tests.conftest import REPO, clean_env
-from tests.e2e.conftest import free_port, mmseg_tool, probes, torchrun, write_config
+from tests.e2e.conftest import (
+    LEG_API,
+    LEG_DEVICE,
+    free_port,
+    mmseg_tool,
+    probes,
+    torchrun,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
 TRACEBACK = "Traceback (most recent call last)"
 FAST = 60  # seconds: every mistake must be reported in less
 
-# Modules the configs of some rows import (from tmp_path, put on PYTHONPATH).
-BAD_MODULES = '''
-import torch
-from mmseg.models import EncoderDecoder, SegDataPreProcessor
-from mmseg.registry import MODELS
-
-
-@MODELS.register_module()
-class LateParamSegmentor(EncoderDecoder):
-    """Creates a parameter in init_weights, which the runner calls after wrapping."""
-
-    def init_weights(self):
-        super().init_weights()
-        self.extra = torch.nn.Parameter(torch.zeros(1))
-
-
-@MODELS.register_module()
-class CpuBatchPreProcessor(SegDataPreProcessor):
-    """Returns the batch on the CPU instead of the model's card."""
-
-    def forward(self, data, training=False):
-        data = super().forward(data, training)
-        data["inputs"] = data["inputs"].cpu()
-        return data
-'''
+PROGRAMS = osp.join(osp.dirname(osp.abspath(__file__)), "programs")
+# Modules the configs of some rows import (its folder is put on PYTHONPATH).
+BAD_MODULES = osp.join(PROGRAMS, "bad_modules.py")
 IMPORT_BAD_MODULES = dict(
     imports=["mmgcu", "tests.e2e.probe", "bad_modules"], allow_failed_imports=False
 )
 
-# tools/train.py without its argparse (which sets LOCAL_RANK=0 when it is missing and
-# limits --launcher to its choices): the config's runner, built as train.py builds it.
-BUILD_RUNNER = """
-import sys
-from mmengine.config import Config
-from mmseg.registry import RUNNERS
-
-cfg = Config.fromfile(sys.argv[1])
-cfg.work_dir = sys.argv[2]
-cfg.launcher = sys.argv[3]
-RUNNERS.build(cfg).train()
-"""
+BUILD_RUNNER = osp.join(PROGRAMS, "build_runner.py")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -98,13 +73,17 @@ class Row:
     launch: str = "train.py"  # 'torchrun', 'train.py' (started by hand) or 'snippet'
     ranks: int = 1
     cards: Optional[int] = 2  # simulated cards; None: no torch_gcu at all
-    api: str = "v2"
+    api: str = LEG_API
     launcher: str = "pytorch"
     env: Dict[str, Optional[str]] = field(default_factory=dict)  # None unsets a variable
     rank_env: Tuple[Dict[str, str], ...] = ()  # per hand-started rank
     cfg: dict = field(default_factory=dict)
     failing: Optional[Tuple[int, ...]] = None  # the ranks that must report it; None: all
 
+
+OTHER_API = "gcu2" if LEG_API == "gcu1" else "gcu1"
+OTHER = {"gcu1": ("1.x", "2.x"), "gcu2": ("2.x", "1.x")}[OTHER_API]
+ECCL_MISSING = {"gcu2": "no 'eccl' backend", "gcu1": "is_eccl_available() is False"}
 
 ROWS = [
     Row(
@@ -146,10 +125,10 @@ ROWS = [
         stock="rank 1 dies in set_device(1): 'GCU device ordinal 1 is invalid' traceback",
     ),
     Row(
-        "device-legacy-on-v2",
+        "device-of-the-other-generation",
         launcher="none",
-        cfg=dict(env_cfg=dict(device="legacy")),
-        expect=("demands torch_gcu 1.x", "installed torch_gcu is", "2.x", "device='auto'"),
+        cfg=dict(env_cfg=dict(device=OTHER_API)),
+        expect=(f"demands torch_gcu {OTHER[0]}", "installed torch_gcu is", OTHER[1], "'auto'"),
         stock="nothing reads env_cfg.device: the run trains on whatever is found",
     ),
     Row(
@@ -207,18 +186,12 @@ ROWS = [
         "with a traceback",
     ),
     Row(
-        "eccl-missing-v2",
+        "eccl-missing",
         env={"MMGCU_SIMULATE_ECCL": "0"},
-        expect=("ECCL is not available", "no 'eccl' backend", "Install the ECCL package"),
-        stock="init_process_group fails inside torch.distributed: 'Invalid backend: eccl' "
-        "(or a hang) with a traceback",
-    ),
-    Row(
-        "eccl-missing-legacy",
-        api="legacy",
-        env={"MMGCU_SIMULATE_ECCL": "0"},
-        expect=("ECCL is not available", "import torch_gcu.distributed", "Reinstall"),
-        stock="the first card collective (DDP's broadcast) fails: no 'eccl' backend",
+        expect=("ECCL is not available", ECCL_MISSING[LEG_API], "Install the ECCL package"),
+        stock="init_process_group fails inside torch.distributed (2.x: 'Invalid backend: "
+        "eccl') or torch_gcu.distributed (1.x: 'Distributed package doesn't have ECCL "
+        "built in') with a traceback",
     ),
 ]
 
@@ -236,14 +209,12 @@ def start(row, tmp_path, dataset, cfg_extra=None, script=None):
 
     ``cfg_extra`` adds config keys; ``script`` (a list) replaces ``[tools/train.py]``.
     """
-    with open(tmp_path / "bad_modules.py", "w") as f:
-        f.write(BAD_MODULES)
     cfg = write_config(tmp_path / f"{row.id}.py", dataset, **{**row.cfg, **(cfg_extra or {})})
     work = str(tmp_path / "work")
-    env = {"PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}", **row.env}
+    env = {"PYTHONPATH": f"{REPO}{os.pathsep}{PROGRAMS}", **row.env}
     script = script or [mmseg_tool("train.py")]
     if row.launch == "snippet":
-        argv = ["-c", BUILD_RUNNER, cfg, work, row.launcher]
+        argv = [BUILD_RUNNER, cfg, work, row.launcher]
     else:
         argv = [*script, cfg, "--launcher", row.launcher, "--work-dir", work]
     started = time.time()
@@ -346,13 +317,7 @@ SHORT = dict(
 )
 
 # tools/train.py with mmgcu's first-batch check removed (it has no config switch).
-WITHOUT_BATCH_CHECK = """
-import runpy, sys
-import mmgcu.runner
-mmgcu.runner._check_first_batch = lambda model, device: None
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+WITHOUT_BATCH_CHECK = osp.join(PROGRAMS, "train_without_batch_check.py")
 
 
 def row(row_id):
@@ -365,7 +330,8 @@ def test_without_the_check_two_ranks_silently_share_a_card(dataset, tmp_path):
     )
     assert result.codes == [0, 0], result.console[-4000:]
     reports = probes(str(tmp_path / "work"))
-    assert [r["param_devices"] for r in reports.values()] == [["gcu:0"], ["gcu:0"]]
+    card = f"{LEG_DEVICE}:0"
+    assert [r["param_devices"] for r in reports.values()] == [[card], [card]]
 
 
 def test_without_the_check_a_cpu_parameter_silently_trains(dataset, tmp_path):
@@ -378,20 +344,20 @@ def test_without_the_check_a_cpu_parameter_silently_trains(dataset, tmp_path):
     assert result.codes == [0], result.console[-4000:]
     assert not [line for out in result.ranks for line in error_lines(out)]
     reports = probes(str(tmp_path / "work"))
-    assert reports[0]["param_devices"] == ["cpu", "gcu:0"], reports[0]
+    assert reports[0]["param_devices"] == ["cpu", f"{LEG_DEVICE}:0"], reports[0]
 
 
 def test_without_the_check_a_cpu_batch_fails_deep_in_forward(dataset, tmp_path):
-    script = tmp_path / "train_without_batch_check.py"
-    script.write_text(WITHOUT_BATCH_CHECK)
     bad = row("batch-left-on-cpu")
-    result = start(bad, tmp_path, dataset, SHORT, script=[str(script), mmseg_tool("train.py")])
+    result = start(
+        bad, tmp_path, dataset, SHORT, script=[WITHOUT_BATCH_CHECK, mmseg_tool("train.py")]
+    )
     assert result.codes[0] != 0
     assert TRACEBACK in result.console
     # PyTorch's words for a CPU input to a card's convolution, whichever check trips first.
     assert re.search(
         r"Expected all tensors to be on the same device|Input type \(torch\.FloatTensor\) "
-        r"and weight type \(gcuFloatType\) should be the same",
+        r"and weight type \((gcu|xla)FloatType\) should be the same",
         result.console,
     ), result.console[-4000:]
     assert not error_lines(result.console)

@@ -8,6 +8,8 @@ import pytest
 
 from tests.conftest import REPO, clean_env
 from tests.e2e.conftest import (
+    LEG_API,
+    LEG_DEVICE,
     checkpoints,
     finish,
     free_port,
@@ -20,17 +22,19 @@ from tests.e2e.conftest import (
 pytestmark = pytest.mark.e2e
 
 
-def assert_trained_on_own_cards(work_dir, world, device_type, out, synced_buffers=True):
+WRAPPER = {"gcu2": "GCUDistributedDataParallel", "gcu1": "GCU1DistributedDataParallel"}
+
+
+def assert_trained_on_own_cards(work_dir, world, out, synced_buffers=True):
     reports = probes(work_dir)
     assert sorted(reports) == list(range(world)), out[-3000:]
     for rank, r in reports.items():
-        card = f"{device_type}:{r['local_rank']}"
+        card = f"{LEG_DEVICE}:{r['local_rank']}"
         assert r["world_size"] == world
         assert r["param_devices"] == [card], (rank, r)
         assert r["buffer_devices"] == [card], (rank, r)
         assert r["loss_devices"] == [card], (rank, r)
-        assert "DistributedDataParallel" in r["wrapper_mro"]
-        assert r["wrapper_mro"][0] == "GCUDistributedDataParallel"
+        assert r["wrapper_mro"][0] == WRAPPER[LEG_API]
         assert r["iter"] == 4
     params = {round(r["param_checksum"], 4) for r in reports.values()}
     assert len(params) == 1, f"ranks ended with different weights: {params}"
@@ -41,8 +45,7 @@ def assert_trained_on_own_cards(work_dir, world, device_type, out, synced_buffer
     assert "mIoU" in out
 
 
-@pytest.mark.parametrize("api,device_type", [("v2", "gcu"), ("legacy", "xla")])
-def test_stock_train_on_8_cards(api, device_type, dataset, tmp_path):
+def test_stock_train_on_8_cards(dataset, tmp_path):
     cfg = write_config(tmp_path / "cfg.py", dataset)
     work = str(tmp_path / "work")
     started = time.time()
@@ -50,16 +53,13 @@ def test_stock_train_on_8_cards(api, device_type, dataset, tmp_path):
         [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work],
         nproc=8,
         cards=8,
-        api=api,
     )
     code, out = finish(proc)
-    print(f"8-rank {api} run: {time.time() - started:.1f} s")
+    print(f"8-rank {LEG_API} run: {time.time() - started:.1f} s")
     assert code == 0, out[-5000:]
-    assert_trained_on_own_cards(work, 8, device_type, out, synced_buffers=api == "v2")
-    if api == "legacy":
-        assert "SyncBatchNorm is reverted to BatchNorm on legacy" in out
+    assert_trained_on_own_cards(work, 8, out)
     for rank in range(8):
-        assert f"rank {rank} on " in out and f"{device_type}:{rank} (card {rank} of 8)" in out
+        assert f"rank {rank} on " in out and f"{LEG_DEVICE}:{rank} (card {rank} of 8)" in out
 
 
 def test_two_nodes_of_four_cards(dataset, tmp_path):
@@ -84,7 +84,7 @@ def test_two_nodes_of_four_cards(dataset, tmp_path):
     results = [finish(p) for p in nodes]
     out = "\n".join(o for _, o in results)
     assert [c for c, _ in results] == [0, 0], out[-5000:]
-    assert_trained_on_own_cards(work, 8, "gcu", out)
+    assert_trained_on_own_cards(work, 8, out)
     reports = probes(work)
     assert sorted(r["local_rank"] for r in reports.values()) == [0, 0, 1, 1, 2, 2, 3, 3]
     assert "physical card 7)" in out
@@ -113,7 +113,7 @@ def test_single_process_uses_card_0_and_warns(dataset, tmp_path):
     work = str(tmp_path / "work")
     proc = subprocess.run(
         [sys.executable, mmseg_tool("train.py"), cfg, "--work-dir", work],
-        env=clean_env(MMGCU_SIMULATE=8, OMP_NUM_THREADS=1),
+        env=clean_env(MMGCU_SIMULATE=8, MMGCU_SIMULATE_API=LEG_API, OMP_NUM_THREADS=1),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -124,6 +124,7 @@ def test_single_process_uses_card_0_and_warns(dataset, tmp_path):
     assert "using 1 of 8 GCUs" in out
     assert "--nproc_per_node=8" in out
     r = probes(work)[0]
-    assert r["param_devices"] == ["gcu:0"] and r["buffer_devices"] == ["gcu:0"]
+    card = f"{LEG_DEVICE}:0"
+    assert r["param_devices"] == [card] and r["buffer_devices"] == [card]
     assert "DistributedDataParallel" not in r["wrapper_mro"]
     assert osp.exists(osp.join(work, "iter_4.pth"))

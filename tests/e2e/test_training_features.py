@@ -16,7 +16,16 @@ import sys
 import pytest
 
 from tests.conftest import REPO, clean_env, last_json, run_python
-from tests.e2e.conftest import checkpoints, finish, mmseg_tool, probes, torchrun, write_config
+from tests.e2e.conftest import (
+    LEG_API,
+    LEG_DEVICE,
+    checkpoints,
+    finish,
+    mmseg_tool,
+    probes,
+    torchrun,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -64,10 +73,10 @@ class Run:
             return f.read()
 
 
-def train(work_dir, cfg, *flags, api="v2", nproc=2, cards=2, timeout=600):
+def train(work_dir, cfg, *flags, nproc=2, cards=2, timeout=600):
     """``torchrun tools/train.py CFG --launcher pytorch`` (stock mmseg) on simulated cards."""
     args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", str(work_dir)]
-    proc = torchrun(args + list(flags), nproc=nproc, cards=cards, api=api)
+    proc = torchrun(args + list(flags), nproc=nproc, cards=cards)
     code, out = finish(proc, timeout=timeout)
     return Run(code, out, str(work_dir))
 
@@ -89,7 +98,7 @@ def distinct(values, ndigits=4):
     return {round(v, ndigits) for v in values}
 
 
-# -- the runs ---------------------------------------------------------------------------
+# -- the runs (this leg's torch_gcu generation, see LEG_API) ---------------------------
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("features")
@@ -106,27 +115,22 @@ def plain_cfg(dataset, tmp):
 
 
 @pytest.fixture(scope="module")
-def amp_v2(amp_cfg, tmp):
-    """2 ranks, v2, --amp, seed 0, EmptyCacheHook, fp16 validation."""
-    return train(tmp / "amp_v2", amp_cfg, "--amp")
+def amp(amp_cfg, tmp):
+    """2 ranks, --amp, seed 0, EmptyCacheHook, fp16 validation."""
+    return train(tmp / "amp", amp_cfg, "--amp")
 
 
 @pytest.fixture(scope="module")
-def amp_v2_again(amp_cfg, tmp):
+def amp_again(amp_cfg, tmp):
     """The same run again (seeds), later resumed to 8 iterations."""
-    return train(tmp / "amp_v2_again", amp_cfg, "--amp")
+    return train(tmp / "amp_again", amp_cfg, "--amp")
 
 
 @pytest.fixture(scope="module")
-def amp_legacy(amp_cfg, tmp):
-    return train(tmp / "amp_legacy", amp_cfg, "--amp", api="legacy")
-
-
-@pytest.fixture(scope="module")
-def seed1_bn_v2(plain_cfg, tmp):
-    """As amp_v2 with seed 1, no EmptyCacheHook, and plain BN converted by ``sync_bn``."""
+def seed1_bn(plain_cfg, tmp):
+    """As ``amp`` with seed 1, no EmptyCacheHook, and plain BN converted by ``sync_bn``."""
     return train(
-        tmp / "seed1_bn_v2",
+        tmp / "seed1_bn",
         plain_cfg,
         "--amp",
         "--cfg-options",
@@ -148,10 +152,10 @@ def cpu_run(plain_cfg, tmp):
 
 
 @pytest.fixture(scope="module")
-def bf16_v2(amp_cfg, tmp):
-    """v2 --amp in bfloat16 (validation stays fp16), with diff_rank_seed."""
+def bf16(amp_cfg, tmp):
+    """--amp in bfloat16 (validation stays fp16), with diff_rank_seed."""
     return train(
-        tmp / "bf16_v2",
+        tmp / "bf16",
         amp_cfg,
         "--amp",
         "--cfg-options",
@@ -161,8 +165,8 @@ def bf16_v2(amp_cfg, tmp):
 
 
 @pytest.fixture(scope="module")
-def from_cpu_v2(plain_cfg, cpu_run, tmp):
-    """v2, one iteration from the CPU run's checkpoint (load_from)."""
+def from_cpu(plain_cfg, cpu_run, tmp):
+    """One iteration from the CPU run's checkpoint (load_from)."""
     cpu_run.ok(world=1)
     return train(
         tmp / "from_cpu",
@@ -174,11 +178,11 @@ def from_cpu_v2(plain_cfg, cpu_run, tmp):
 
 
 @pytest.fixture(scope="module")
-def resumed_v2(amp_v2_again, amp_cfg, tmp):
-    """amp_v2_again's work dir (copied), continued with --resume to 8 iterations."""
-    amp_v2_again.ok()
+def resumed(amp_again, amp_cfg, tmp):
+    """amp_again's work dir (copied), continued with --resume to 8 iterations."""
+    amp_again.ok()
     work = str(tmp / "resumed")
-    shutil.copytree(amp_v2_again.work_dir, work)
+    shutil.copytree(amp_again.work_dir, work)
     for name in glob.glob(osp.join(work, "probe_rank*.json")):
         os.remove(name)
     with open(osp.join(work, "last_checkpoint"), "w") as f:
@@ -195,46 +199,39 @@ def resumed_v2(amp_v2_again, amp_cfg, tmp):
 
 
 # -- 1. AMP -----------------------------------------------------------------------------
-@pytest.mark.parametrize("api", ["v2", "legacy"])
-def test_amp_flag_trains_in_fp16_on_cards(api, request):
+def test_amp_flag_trains_in_fp16_on_cards(amp):
     """Without GCUAmpOptimWrapper, stock AmpOptimWrapper asserts CUDA or autocasts nothing."""
-    run = request.getfixturevalue(f"amp_{api}").ok()
+    run = amp.ok()
     for mro in run.each("optim_wrapper"):
         assert mro[0] == "GCUAmpOptimWrapper" and "AmpOptimWrapper" in mro, mro
     # Training and (fp16) validation logits are all half precision.
     assert run.each("logits_dtypes") == [["torch.float16"]] * 2
-    if api == "v2":
-        lines = run.train_lines()
-        assert len(lines) == MAX_ITERS
-        assert all("memory" in s for s in lines), lines
-        assert "memory: " in run.text_log()
-    else:
-        assert run.each("lazy_steps") == [MAX_ITERS] * 2
+    lines = run.train_lines()
+    assert len(lines) == MAX_ITERS
+    assert all("memory" in s for s in lines), lines
+    assert "memory: " in run.text_log()
+    if LEG_API == "gcu1":
+        # torch_gcu 1.x AMP: scaler.step/update, then one unlazy of the AMP outputs per step.
+        assert run.each("graph_runs") == [MAX_ITERS] * 2
+        assert run.each("lazy_steps") == [0, 0]
 
 
 # -- 2. bfloat16 ------------------------------------------------------------------------
-def test_bf16_amp_on_v2(bf16_v2):
+def test_bf16_amp(bf16):
     """Without dtype handling the decode head would autocast to fp16 (or not at all)."""
-    run = bf16_v2.ok()
+    run = bf16.ok()
     for dtypes in run.each("logits_dtypes"):
         assert "torch.bfloat16" in dtypes and "torch.float32" not in dtypes, dtypes
     assert run.each("optim_wrapper")[0][0] == "GCUAmpOptimWrapper"
 
 
-def test_bf16_amp_on_legacy_fails_fast(amp_cfg, tmp):
-    """Without the dtype check legacy would start training (or fail later, elsewhere)."""
-    run = train(
-        tmp / "bf16_legacy",
-        amp_cfg,
-        "--amp",
-        "--cfg-options",
-        "optim_wrapper.dtype=bfloat16",
-        api="legacy",
-    )
+def test_amp_in_float32_fails_fast(amp_cfg, tmp):
+    """Without the dtype check the run would start training in a dtype autocast refuses."""
+    run = train(tmp / "fp32_amp", amp_cfg, "--amp", "--cfg-options", "optim_wrapper.dtype=float32")
     assert run.code != 0
-    # The config dump names bfloat16 too: look for the error itself (mmgcu prints a
+    # The config dump names float32 too: look for the error itself (mmgcu prints a
     # GCUError as "mmgcu: <message>", other errors keep their "XError: ..." line).
-    assert re.search(r"(Error|mmgcu): [^\n]*bfloat16", run.out), run.out[-5000:]
+    assert re.search(r"(Error|mmgcu): [^\n]*float32", run.out), run.out[-5000:]
     assert "Iter(train)" not in run.out, "it trained before failing"
     assert not run.probes
 
@@ -242,7 +239,8 @@ def test_bf16_amp_on_legacy_fails_fast(amp_cfg, tmp):
 # -- 3. resume --------------------------------------------------------------------------
 CHECK_CPU_CHECKPOINT = """
 import json, sys, torch
-ckpt = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
+kwargs = {} if torch.__version__.startswith("1.") else {"weights_only": False}
+ckpt = torch.load(sys.argv[1], map_location="cpu", **kwargs)
 bad, seen, count = [], set(), [0]
 def walk(x, path):
     if id(x) in seen:
@@ -267,9 +265,9 @@ print(json.dumps(dict(keys=sorted(ckpt), tensors=count[0], bad=bad[:20],
 """
 
 
-def test_resume_continues_and_checkpoint_loads_on_cpu(resumed_v2):
+def test_resume_continues_and_checkpoint_loads_on_cpu(resumed):
     """A card-bound checkpoint, or a resume that restarts, fails here."""
-    run = resumed_v2.ok()
+    run = resumed.ok()
     assert "resumed epoch: 0, iter: 4" in run.out, run.out[-5000:]
     assert "Iter(train) [5/8]" in run.out and "Iter(train) [1/8]" not in run.out
     assert "iter_8.pth" in checkpoints(run.work_dir)
@@ -285,50 +283,46 @@ def test_resume_continues_and_checkpoint_loads_on_cpu(resumed_v2):
 
 
 # -- 4. CPU checkpoint onto cards ---------------------------------------------------------
-def test_cpu_checkpoint_loads_onto_cards(cpu_run, from_cpu_v2):
+def test_cpu_checkpoint_loads_onto_cards(cpu_run, from_cpu):
     """A load that failed, or left CPU tensors in a card model, would stop the run."""
     assert cpu_run.each("param_devices") == [["cpu"]]
-    run = from_cpu_v2.ok()
+    run = from_cpu.ok()
     assert "Load checkpoint from" in run.out
     assert run.each("iter") == [1, 1]
     for rank, r in run.probes.items():
-        assert r["param_devices"] == [f"gcu:{rank}"], r
-        assert r["buffer_devices"] == [f"gcu:{rank}"], r
+        assert r["param_devices"] == [f"{LEG_DEVICE}:{rank}"], r
+        assert r["buffer_devices"] == [f"{LEG_DEVICE}:{rank}"], r
 
 
 # -- 5. SyncBN --------------------------------------------------------------------------
-def test_sync_bn_keeps_bn_statistics_equal(amp_v2, amp_legacy, seed1_bn_v2):
+def test_sync_bn_keeps_bn_statistics_equal(amp, seed1_bn):
     """Without SyncBN the ranks (on different data) end with different BN statistics."""
-    assert len(distinct(amp_v2.ok().each("buffer_checksum"))) == 1
-    # Contrast: legacy reverts SyncBN, and then the statistics differ.
-    legacy = amp_legacy.ok()
-    assert "SyncBatchNorm is reverted" in legacy.out
-    assert len(distinct(legacy.each("buffer_checksum"))) == 2
+    assert len(distinct(amp.ok().each("buffer_checksum"))) == 1
     # sync_bn=torch converts a plain-BN model, which then syncs as well.
-    converted = seed1_bn_v2.ok()
-    assert "SyncBatchNorm is reverted" not in converted.out
-    assert len(distinct(converted.each("buffer_checksum"))) == 1
+    assert len(distinct(seed1_bn.ok().each("buffer_checksum"))) == 1
 
 
 # -- 6. seeds ---------------------------------------------------------------------------
-def test_seeds_make_runs_repeatable(amp_v2, amp_v2_again, seed1_bn_v2, bf16_v2):
+def test_seeds_make_runs_repeatable(amp, amp_again, seed1_bn, bf16):
     """Unseeded, reruns would differ; with the seed ignored, seed=1 would repeat seed=0."""
-    # Not isolated here: GCURunner's own card seeding. On v2, mmengine's torch.manual_seed
-    # already reaches the card generators (torch.gcu.manual_seed_all).
-    losses = amp_v2.ok().losses()
+    losses = amp.ok().losses()
     assert len(losses) == MAX_ITERS
-    assert amp_v2_again.ok().losses() == losses
-    other = seed1_bn_v2.ok().losses()
+    assert amp_again.ok().losses() == losses
+    other = seed1_bn.ok().losses()
     assert len(other) == MAX_ITERS and other[0] != losses[0], (other, losses)
     # diff_rank_seed=True runs (its per-rank seeds are not observable from the probe).
-    bf16_v2.ok()
+    bf16.ok()
 
 
 # -- 7. empty cache ---------------------------------------------------------------------
-def test_empty_cache_hook_empties_card_cache(amp_v2, seed1_bn_v2):
+def test_empty_cache_hook_empties_card_cache(amp, seed1_bn):
     """Stock EmptyCacheHook empties only CUDA's cache: the card count would stay 0."""
-    assert all(n >= MAX_ITERS for n in amp_v2.ok().each("empty_cache_calls")), amp_v2.probes
-    assert seed1_bn_v2.ok().each("empty_cache_calls") == [0, 0]
+    if LEG_API == "gcu1":  # torch_gcu 1.x has no empty_cache: the hook says so, once
+        assert amp.ok().each("empty_cache_calls") == [0, 0]
+        assert amp.text_log().count("has no cache to empty") == 1
+        return
+    assert all(n >= MAX_ITERS for n in amp.ok().each("empty_cache_calls")), amp.probes
+    assert seed1_bn.ok().each("empty_cache_calls") == [0, 0]
 
 
 # -- 8. distributed evaluation ----------------------------------------------------------
@@ -344,9 +338,9 @@ def last_metrics(out):
     return tuple(float(v) for v in found[-1])
 
 
-def test_distributed_test_matches_single_process(amp_v2, amp_cfg, tmp):
+def test_distributed_test_matches_single_process(amp, amp_cfg, tmp):
     """A rank that dropped or double-counted its share of images would change mIoU."""
-    ckpt = osp.join(amp_v2.ok().work_dir, "iter_4.pth")
+    ckpt = osp.join(amp.ok().work_dir, "iter_4.pth")
     proc = torchrun(
         [TEST_SCRIPT, amp_cfg, ckpt, "--launcher", "pytorch"] + ["--work-dir", str(tmp / "test4")],
         nproc=4,
@@ -354,34 +348,41 @@ def test_distributed_test_matches_single_process(amp_v2, amp_cfg, tmp):
     )
     code4, out4 = finish(proc)
     code1, out1 = single_process(
-        TEST_SCRIPT, amp_cfg, ckpt, "--work-dir", str(tmp / "test1"), MMGCU_SIMULATE=1
+        TEST_SCRIPT,
+        amp_cfg,
+        ckpt,
+        "--work-dir",
+        str(tmp / "test1"),
+        MMGCU_SIMULATE=1,
+        MMGCU_SIMULATE_API=LEG_API,
     )
     assert code4 == 0, out4[-5000:]
     assert code1 == 0, out1[-5000:]
     # Both evaluated on the cards (GCURunner's placement check ran), not on the CPU.
-    assert "mmgcu placement (v2)" in out4 and "rank 3 on " in out4, out4[-5000:]
-    assert "mmgcu placement (v2)" in out1, out1[-5000:]
+    assert f"mmgcu: {LEG_API} (" in out4 and "rank 3 on " in out4, out4[-5000:]
+    assert f"mmgcu: {LEG_API} (" in out1, out1[-5000:]
     assert last_metrics(out4) == last_metrics(out1)
 
 
-# -- 9. legacy lazy step with accumulation ------------------------------------------------
-def test_legacy_lazy_step_once_per_accumulated_step(plain_cfg, tmp):
+# -- 9. torch_gcu 1.x lazy step with accumulation --------------------------------------
+@pytest.mark.skipif(LEG_API != "gcu1", reason="torch_gcu 2.x steps eagerly: no lazy graph")
+def test_lazy_step_once_per_accumulated_step(plain_cfg, tmp):
     """Stepping without torch_gcu.optimizer_step (or every iteration) breaks the count."""
     run = train(
-        tmp / "accum_legacy",
+        tmp / "accum",
         plain_cfg,
         "--cfg-options",
         "optim_wrapper.accumulative_counts=2",
-        api="legacy",
     ).ok()
     assert run.each("optim_wrapper")[0][0] == "GCUOptimWrapper"
     assert run.each("lazy_steps") == [MAX_ITERS // 2] * 2
+    assert run.each("graph_runs") == [MAX_ITERS // 2] * 2
 
 
 # -- 10. fp16 validation ----------------------------------------------------------------
-def test_fp16_validation_autocasts_on_card(bf16_v2):
+def test_fp16_validation_autocasts_on_card(bf16):
     """Stock ValLoop autocasts on 'cpu': validation logits on the card would be fp32."""
-    run = bf16_v2.ok()
+    run = bf16.ok()
     assert "mIoU" in run.out
     # Training autocasts to bfloat16, so float16 logits come from validation alone.
     assert run.each("logits_dtypes") == [["torch.bfloat16", "torch.float16"]] * 2
