@@ -16,7 +16,12 @@ if _sim.requested():
 from . import errors  # noqa: E402
 from .counterparts import replaces  # noqa: E402
 from .device import Accelerator, GCUError, select_accelerator  # noqa: E402
-from .hooks import CPUCheckpointHook, GCUDevicePlacementHook, GCUEmptyCacheHook  # noqa: E402
+from .hooks import (  # noqa: E402
+    CPUCheckpointHook,
+    GCUDevicePlacementHook,
+    GCUEmptyCacheHook,
+    GCURuntimeInfoHook,
+)
 from .log_processor import GCULogProcessor  # noqa: E402
 from .loops import GCUTestLoop, GCUValLoop  # noqa: E402
 from .model import GCU1DistributedDataParallel, GCUDistributedDataParallel  # noqa: E402
@@ -37,6 +42,7 @@ __all__ = [
     "GCULogProcessor",
     "GCUOptimWrapper",
     "GCURunner",
+    "GCURuntimeInfoHook",
     "GCUTestLoop",
     "GCUValLoop",
     "__version__",

@@ -27,6 +27,7 @@ from .counterparts import Counterparts
 from .device import GCUError, select_accelerator
 from .dist import init_distributed, lost_peer
 from .hooks import CPUCheckpointHook, GCUDevicePlacementHook
+from .message_hub import CardMessageHub
 from .model import GCU1DistributedDataParallel, GCUDistributedDataParallel
 from .model.placement import watch_first_batch
 from .model.wrappers import ddp_config
@@ -73,6 +74,8 @@ class GCURunner(Runner):
       device's backend; ``'gloo'`` is refused on torch_gcu 2.x (it cannot carry card
       tensors) and is the default group on 1.x (card tensors have an ECCL group).
     - ``gcu_placement_check``: ``False`` to drop :class:`GCUDevicePlacementHook`.
+    - ``gcu_defer_scalars``: ``False`` to read every logged scalar from the card as it is
+      logged, as stock mmengine does (see :mod:`mmgcu.message_hub`).
 
     Attributes:
         accelerator: the :class:`~mmgcu.device.Accelerator` this runner trains on.
@@ -157,6 +160,14 @@ class GCURunner(Runner):
         return model
 
     # -- what mmengine builds from the config ----------------------------------------
+    def build_message_hub(self, message_hub=None):
+        """mmengine's hub; on GCU cards wrapped so that step scalars stay on the card until
+        something reads them (``gcu_defer_scalars=False`` turns this off)."""
+        hub = super().build_message_hub(message_hub)
+        if self.accelerator.is_gcu and self.cfg.get("gcu_defer_scalars", True):
+            return CardMessageHub(hub)
+        return hub
+
     def build_optim_wrapper(self, optim_wrapper):
         if isinstance(optim_wrapper, dict) and "optimizer" in optim_wrapper:
             optim_wrapper = self.counterparts.resolve(optim_wrapper, OPTIM_WRAPPERS, "OptimWrapper")
@@ -164,7 +175,7 @@ class GCURunner(Runner):
         wrappers = built.values() if isinstance(built, OptimWrapperDict) else [built]
         for wrapper in wrappers:
             if isinstance(wrapper, CardStep):
-                wrapper.bind(self.accelerator, self.model)
+                wrapper.bind(self.accelerator, self.model, self.message_hub)
         return built
 
     def build_val_loop(self, loop):

@@ -76,22 +76,27 @@ def install(cards=None, api=None):
 
 
 def _install_gcu2():
-    from . import v2
+    from . import torch_gcu2
 
-    module = v2.build()
-    sys.modules["torch_gcu"] = module
-    return module
+    torch_gcu2.install()
+    return _register(torch_gcu2)
 
 
 def _install_gcu1():
-    """Register the package ``torch_gcu1`` as ``torch_gcu`` and each of its modules."""
+    from . import missing_kernels, torch_gcu1
+
+    missing_kernels.register("XLA")
+    return _register(torch_gcu1)
+
+
+def _register(package):
+    """Make ``package`` importable as ``torch_gcu`` and each module of it as
+    ``torch_gcu.<module>``, as the real package is."""
     import importlib
     import pkgutil
 
-    from . import torch_gcu1
-
-    for info in pkgutil.walk_packages(torch_gcu1.__path__, torch_gcu1.__name__ + "."):
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         module = importlib.import_module(info.name)
-        sys.modules["torch_gcu" + info.name[len(torch_gcu1.__name__) :]] = module
-    sys.modules["torch_gcu"] = torch_gcu1
-    return torch_gcu1
+        sys.modules["torch_gcu" + info.name[len(package.__name__) :]] = module
+    sys.modules["torch_gcu"] = package
+    return package

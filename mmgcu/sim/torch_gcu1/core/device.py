@@ -47,8 +47,7 @@ def _get_device_index(device: Any, optional: bool = False) -> int:
     if index is None:
         if not optional:
             raise ValueError(
-                "Expected a torch.device with a specified index or an integer, "
-                f"but got:{device}"
+                f"Expected a torch.device with a specified index or an integer, but got:{device}"
             )
         index = state.current_card()
     return index

@@ -166,8 +166,7 @@ def _new_process_group_helper(world_size, rank, ranks, backend, store, group_nam
         _group_count += 1
     if group_name in _pg_names.values():
         raise RuntimeError(
-            "The specified group name has already been created, "
-            "please use a different group name"
+            "The specified group name has already been created, please use a different group name"
         )
     if Backend(backend) != Backend.ECCL:
         raise RuntimeError("only support eccl")
@@ -176,7 +175,8 @@ def _new_process_group_helper(world_size, rank, ranks, backend, store, group_nam
     if ranks and _get_default_group().rank() not in ranks:
         return GroupMember.NON_GROUP_MEMBER
     local_rank = int(os.environ["LOCAL_RANK"]) if "LOCAL_RANK" in os.environ else rank
-    pg = ProcessGroupECCL(_c10d.PrefixStore(group_name, store), local_rank, rank, world_size, timeout)
+    prefix_store = _c10d.PrefixStore(group_name, store)
+    pg = ProcessGroupECCL(prefix_store, local_rank, rank, world_size, timeout)
     _pg_map[pg] = (Backend.ECCL, store)
     _pg_names[pg] = group_name
     return pg

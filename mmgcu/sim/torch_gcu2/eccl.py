@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllreduceOptions, _create_work_from_future
 
-from . import state
+from .. import state
 
 
 def _done(result):

@@ -1,8 +1,8 @@
-"""The device functions both flavours expose, over the native part's counters and state."""
+"""The device functions of torch.gcu, over the native part's cards, counters and state."""
 
 import torch
 
-from . import state
+from ... import state
 
 
 def _card(device=None) -> int:
