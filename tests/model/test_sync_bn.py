@@ -3,8 +3,8 @@
 torch's ``nn.SyncBatchNorm`` cannot run on the CPU, so the reference is what SyncBN computes
 by definition: BatchNorm over the concatenation of all ranks' batches, in one process. The
 multi-rank checks run real gloo groups of 2 and 4 processes (``sync_bn_ranks.py``, started
-once per world size for all cases), two ranks on simulated cards of each torch_gcu API; the
-rest run in this process, with ``Twin``: a group of two ranks
+once per world size for all cases), two ranks on simulated cards of each torch_gcu API, and
+the benchmark's smoke run; the rest run in this process, with ``Twin``: a group of two ranks
 that hold the same batch (its all-reduce doubles), or on the meta device.
 
 Tolerances, as ``max |a - b| / (|b| + max |b|)`` (``assert_close(rtol=t, atol=t*max|b|)``):
@@ -16,6 +16,8 @@ rounded once to the input's dtype, so they get its machine epsilon (2**-7 for bf
 """
 
 import copy
+import importlib.util
+import os
 import pickle
 import subprocess
 import sys
@@ -418,6 +420,19 @@ def test_deepcopy_shares_the_group_and_pickle_drops_it():
     restored = pickle.loads(pickle.dumps(model))
     assert restored[0].card_group is None
     assert model[0].card_group is not None
+
+
+def test_benchmark_reports_one_collective_each_way():
+    path = os.path.join(REPO, "tools", "benchmarks", "sync_bn.py")
+    spec = importlib.util.spec_from_file_location("sync_bn_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.measure(shapes=[(2, 8, 4, 4)], number=1, repeat=1, timeout=240)
+    row = out["shapes"]["2x8x4x4"]
+    assert out["world_size"] == 2
+    assert row["collectives_forward"] == 1 and row["floats_forward"] == [17]
+    assert row["collectives_backward"] == 1 and row["floats_backward"] == [16]
+    assert all(row[f"{v}_ms"] > 0 for v in bench.VARIANTS)
 
 
 # -- simulated cards ----------------------------------------------------------------------
