@@ -1,3 +1,16 @@
+from .sync_bn import (
+    GCUSyncBatchNorm,
+    TorchCardGroup,
+    convert_gcu_sync_batchnorm,
+    revert_gcu_sync_batchnorm,
+)
 from .wrappers import GCU1DistributedDataParallel, GCUDistributedDataParallel
 
-__all__ = ["GCU1DistributedDataParallel", "GCUDistributedDataParallel"]
+__all__ = [
+    "GCU1DistributedDataParallel",
+    "GCUDistributedDataParallel",
+    "GCUSyncBatchNorm",
+    "TorchCardGroup",
+    "convert_gcu_sync_batchnorm",
+    "revert_gcu_sync_batchnorm",
+]

@@ -1,0 +1,206 @@
+"""What one GCUSyncBatchNorm layer costs against BatchNorm2d, on gloo ranks on the CPU.
+
+``measure()`` starts ``world_size`` processes of this script (a gloo group over TCP on
+127.0.0.1, ``OMP_NUM_THREADS=threads`` each). Every rank times, per shape (the per-rank
+batch, ``N x C x H x W``), one training forward + backward of
+
+- ``bn``: ``nn.BatchNorm2d`` (each rank alone),
+- ``gcu_sync_bn``: ``GCUSyncBatchNorm`` over the gloo group (:class:`TorchCardGroup`),
+- ``gcu_sync_bn_local``: the same layer over a group of 2 whose all-reduce does nothing: the
+  cost of its ordinary ops alone, what a card pays apart from the collectives,
+- ``all_reduce``: one gloo all-reduce of the forward's ``2C + 1`` float32 values,
+
+with :mod:`timeit` (``number`` calls per timing, ``repeat`` timings, the variants interleaved,
+the ranks lined up by a barrier before each timing), and counts the layer's all-reduces
+and their sizes for one call. Returns (and ``__main__`` prints) a dict: per shape the median
+milliseconds per call of rank 0 and the slowest rank, ``gcu_sync_bn / bn``, and the counts.
+On the CPU the gloo round trips dominate; on a card the local ops and ECCL's latency do.
+
+    python tools/benchmarks/sync_bn.py [--world-size 2] [--number 20] [--repeat 5]
+"""
+
+import argparse
+import functools
+import json
+import os
+import os.path as osp
+import socket
+import statistics
+import subprocess
+import sys
+import timeit
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+DEFAULT_SHAPES = ((2, 64, 64, 64), (2, 256, 16, 16))
+VARIANTS = ("bn", "gcu_sync_bn", "gcu_sync_bn_local", "all_reduce")
+
+
+def _name(shape):
+    return "x".join(str(s) for s in shape)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(
+    shapes=DEFAULT_SHAPES,
+    world_size=2,
+    number=20,
+    repeat=5,
+    threads=1,
+    python=sys.executable,
+    timeout=600,
+):
+    """Run the ranks; return the per-shape timings (ms per call) and collective counts."""
+    port = _free_port()
+    procs = []
+    for rank in range(world_size):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MMGCU_", "TOPS_"))}
+        env.update(
+            PYTHONPATH=REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+            OMP_NUM_THREADS=str(threads),
+            MKL_NUM_THREADS=str(threads),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+        )
+        cmd = [python, osp.abspath(__file__), "--rank-child", "--number", str(number)]
+        cmd += ["--repeat", str(repeat), "--shapes", ",".join(_name(s) for s in shapes)]
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        outputs = [p.communicate() for p in procs]
+        raise RuntimeError(f"sync_bn benchmark ranks timed out after {timeout}s") from None
+    failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+    if failed:
+        report = "\n".join(f"--- rank {r}\n{outputs[r][1]}" for r in failed)
+        raise RuntimeError(f"sync_bn benchmark rank(s) {failed} failed:\n{report}")
+    ranks = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+    result = {
+        "world_size": world_size,
+        "threads": threads,
+        "number": number,
+        "repeat": repeat,
+        "timer": "timeit, median of repeat timings of number calls, ms per call",
+        "shapes": {},
+    }
+    for shape in shapes:
+        key = _name(shape)
+        row = {}
+        for variant in VARIANTS:
+            row[f"{variant}_ms"] = ranks[0][key][variant]
+            row[f"{variant}_ms_slowest_rank"] = max(r[key][variant] for r in ranks)
+        row["gcu_sync_bn_over_bn"] = row["gcu_sync_bn_ms"] / row["bn_ms"]
+        row["gcu_sync_bn_local_over_bn"] = row["gcu_sync_bn_local_ms"] / row["bn_ms"]
+        row.update(ranks[0][key]["collectives"])
+        result["shapes"][key] = row
+    return result
+
+
+# -- one rank ------------------------------------------------------------------------------
+def _train_step(layer, x, gy):
+    def run():
+        x.grad = None
+        layer(x).backward(gy)
+
+    return run
+
+
+def _rank_main(args):
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    from mmgcu.model.sync_bn import GCUSyncBatchNorm, TorchCardGroup
+
+    class Counting(TorchCardGroup):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def all_reduce(self, tensor):
+            self.sizes.append(tensor.numel())
+            super().all_reduce(tensor)
+
+    class NoComm:
+        world_size = 2
+
+        def all_reduce(self, tensor):
+            pass
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(rank)
+    out = {}
+    for spec in args.shapes.split(","):
+        shape = tuple(int(s) for s in spec.split("x"))
+        channels = shape[1]
+        x = torch.randn(shape).requires_grad_()
+        gy = torch.randn(shape)
+        group = Counting()
+        layers = {
+            "bn": nn.BatchNorm2d(channels),
+            "gcu_sync_bn": GCUSyncBatchNorm(channels, card_group=group),
+            "gcu_sync_bn_local": GCUSyncBatchNorm(channels, card_group=NoComm()),
+        }
+        packed = torch.zeros(2 * channels + 1)
+
+        calls = {name: _train_step(layer, x, gy) for name, layer in layers.items()}
+        calls["all_reduce"] = functools.partial(dist.all_reduce, packed)
+
+        group.sizes.clear()
+        y = layers["gcu_sync_bn"](x)
+        forward = list(group.sizes)
+        y.backward(gy)
+        backward = group.sizes[len(forward) :]
+
+        for run in calls.values():  # warm-up
+            run()
+        times = {name: [] for name in calls}
+        for _ in range(args.repeat):
+            for name, run in calls.items():
+                dist.barrier()
+                times[name].append(timeit.Timer(run).timeit(args.number) / args.number)
+        out[spec] = {name: statistics.median(t) * 1000.0 for name, t in times.items()}
+        out[spec]["collectives"] = {
+            "collectives_forward": len(forward),
+            "collectives_backward": len(backward),
+            "floats_forward": forward,
+            "floats_backward": backward,
+        }
+    dist.barrier()
+    dist.destroy_process_group()
+    print(json.dumps(out))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--number", type=int, default=20, help="calls per timing")
+    p.add_argument("--repeat", type=int, default=5, help="timings per variant (median)")
+    p.add_argument("--threads", type=int, default=1, help="OMP/MKL threads per rank")
+    p.add_argument("--shapes", default=",".join(_name(s) for s in DEFAULT_SHAPES))
+    p.add_argument("--rank-child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rank_child:
+        _rank_main(args)
+        return
+    shapes = [tuple(int(s) for s in spec.split("x")) for spec in args.shapes.split(",")]
+    result = measure(shapes, args.world_size, args.number, args.repeat, args.threads)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
