@@ -10,7 +10,6 @@ that failed first. Everything else is mmengine's.
 """
 
 import contextlib
-import logging
 import os
 import os.path as osp
 import time
@@ -28,19 +27,18 @@ from .device import GCUError, select_accelerator
 from .dist import init_distributed, lost_peer
 from .hooks import CPUCheckpointHook, GCUDevicePlacementHook
 from .message_hub import CardMessageHub
-from .model import GCU1DistributedDataParallel, GCUDistributedDataParallel
+from .model import (
+    GCU1DistributedDataParallel,
+    GCUDistributedDataParallel,
+    GCUSyncBatchNorm,
+    convert_gcu_sync_batchnorm,
+    revert_gcu_sync_batchnorm,
+)
 from .model.placement import watch_first_batch
 from .model.wrappers import ddp_config
 from .optim.wrappers import CardStep
 
 _GCU_DDP = (GCUDistributedDataParallel, GCU1DistributedDataParallel)
-
-
-def _has_sync_bn(model: torch.nn.Module) -> bool:
-    return any(
-        isinstance(m, torch.nn.SyncBatchNorm) or type(m).__name__ == "SyncBatchNorm"
-        for m in model.modules()
-    )
 
 
 @contextlib.contextmanager
@@ -120,7 +118,7 @@ class GCURunner(Runner):
         model = model.to(device)
         watch_first_batch(model, device)
         if not self.distributed:
-            return revert_sync_batchnorm(model)
+            return revert_gcu_sync_batchnorm(revert_sync_batchnorm(model))
         model = self._sync_batchnorm(model)
         if model_wrapper_cfg is None:  # mmengine's defaults for a missing cfg
             model_wrapper_cfg = dict(
@@ -146,17 +144,23 @@ class GCURunner(Runner):
         return dict(module=model)
 
     def _sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
+        """SyncBN layers that synchronise on this device: torch's own on CUDA; elsewhere
+        :class:`GCUSyncBatchNorm` over the card group (no GCU has torch's SyncBN kernels,
+        and the CPU has none either). ``cfg.sync_bn`` converts plain BN first, as in mmengine."""
         sync_bn = self.cfg.get("sync_bn", None)
-        if self.accelerator.kind in ("gcu2", "cuda"):
-            return convert_sync_batchnorm(model, sync_bn) if sync_bn is not None else model
-        if sync_bn is not None or _has_sync_bn(model):
+        if sync_bn is not None:
+            model = convert_sync_batchnorm(model, sync_bn)
+        if self.accelerator.kind == "cuda":
+            return model
+        group = self.accelerator.card_group
+        model = convert_gcu_sync_batchnorm(model, group)
+        layers = sum(isinstance(m, GCUSyncBatchNorm) for m in model.modules())
+        if layers:
             print_log(
-                f"SyncBatchNorm is reverted to BatchNorm on {self.accelerator.kind}: it has no "
-                "SyncBatchNorm kernel. Each rank normalises with its own batch.",
+                f"mmgcu: SyncBN: {layers} layer(s) synchronised across {group.world_size} "
+                f"cards by GCUSyncBatchNorm over {group.name}",
                 logger="current",
-                level=logging.WARNING,
             )
-            model = revert_sync_batchnorm(model)
         return model
 
     # -- what mmengine builds from the config ----------------------------------------

@@ -42,6 +42,12 @@ class CardGroup:
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         self.dist.broadcast(tensor, src, group=self.group)
 
+    def __deepcopy__(self, memo):
+        return self  # a process group belongs to the process: copies (an EMA model) share it
+
+    def __repr__(self) -> str:
+        return f"CardGroup({self.name}, world_size={self.world_size})"
+
 
 class Accelerator:
     """The device operations mmgcu needs, for one kind of device.

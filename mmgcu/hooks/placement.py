@@ -8,6 +8,7 @@ set up: the accelerator, each rank's card, the process groups and precision.
 import logging
 import socket
 
+import torch
 from mmengine.dist import all_gather_object, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
@@ -16,6 +17,7 @@ from mmengine.registry import HOOKS
 
 from ..device import GCUError, physical_card
 from ..model.placement import misplaced, misplaced_message
+from ..model.sync_bn import GCUSyncBatchNorm
 
 
 @HOOKS.register_module()
@@ -92,9 +94,18 @@ def verify(everyone) -> None:
         seen[key] = r["rank"]
 
 
+def _sync_bn(model) -> str:
+    gcu = sum(isinstance(m, GCUSyncBatchNorm) and m.card_group is not None for m in model.modules())
+    stock = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules())
+    if gcu:
+        return f"SyncBN on {gcu} layer(s) (GCUSyncBatchNorm)"
+    return f"SyncBN on {stock} layer(s) (torch)" if stock else "no SyncBN layer"
+
+
 def summary(runner, everyone) -> str:
     """What mmgcu set up, for the log: the accelerator, groups, precision, each rank's card."""
     accelerator = runner.accelerator
+    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
     facts = accelerator.summary()
     group = accelerator.card_group.name if accelerator.card_group else "none (one process)"
     optim = getattr(runner, "optim_wrapper", None)
@@ -102,8 +113,8 @@ def summary(runner, everyone) -> str:
     cast = getattr(optim, "cast_dtype", None)
     lines = [
         f"mmgcu: {facts['kind']} ({facts['description']}); card tensors over {group}; "
-        f"optimizer wrapper {precision}{f' ({cast})' if cast else ''}; memory column: "
-        f"{facts['memory']}",
+        f"{_sync_bn(model)}; optimizer wrapper {precision}{f' ({cast})' if cast else ''}; "
+        f"memory column: {facts['memory']}",
     ]
     for r in everyone:
         physical = f", physical card {r['physical']}" if r["physical"] != str(r["card"]) else ""

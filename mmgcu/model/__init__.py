@@ -1,6 +1,5 @@
 from .sync_bn import (
     GCUSyncBatchNorm,
-    TorchCardGroup,
     convert_gcu_sync_batchnorm,
     revert_gcu_sync_batchnorm,
 )
@@ -10,7 +9,6 @@ __all__ = [
     "GCU1DistributedDataParallel",
     "GCUDistributedDataParallel",
     "GCUSyncBatchNorm",
-    "TorchCardGroup",
     "convert_gcu_sync_batchnorm",
     "revert_gcu_sync_batchnorm",
 ]

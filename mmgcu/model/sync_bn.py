@@ -13,9 +13,9 @@ The card group (``GCUSyncBatchNorm.card_group``) is any object with
 - ``all_reduce(tensor)``: sums ``tensor`` over the group, in place, on every rank.
 
 mmgcu's runner sets it on every layer (:func:`convert_gcu_sync_batchnorm`) before DDP wraps
-the model: over ``torch_gcu.distributed``'s ECCL group on torch_gcu 1.x, over
-``torch.distributed`` (:class:`TorchCardGroup`) on 2.x. With no group, a group of one rank,
-or in eval mode the layer is plain BatchNorm.
+the model: the accelerator's :class:`~mmgcu.device.CardGroup`, over torch_gcu.distributed's
+ECCL group on torch_gcu 1.x and over torch.distributed on 2.x and the CPU. With no group,
+a group of one rank, or in eval mode the layer is plain BatchNorm.
 
 Training with a group of two or more ranks, per channel ``c``, with ``K`` a shift equal on
 every rank (the running mean when it is tracked, else 0) and ``n`` the local count
@@ -51,38 +51,15 @@ import sys
 from typing import Optional
 
 import torch
-import torch.distributed as torch_dist
 from mmengine.model.utils import _BatchNormXd
 from mmengine.registry import MODELS
 from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = [
     "GCUSyncBatchNorm",
-    "TorchCardGroup",
     "convert_gcu_sync_batchnorm",
     "revert_gcu_sync_batchnorm",
 ]
-
-
-class TorchCardGroup:
-    """A card group over ``torch.distributed``: ``all_reduce`` sums over ``group``.
-
-    Args:
-        group: a ``torch.distributed`` process group; None is the default group.
-    """
-
-    def __init__(self, group=None):
-        self.group = group
-        self.world_size = torch_dist.get_world_size(group)
-
-    def all_reduce(self, tensor: torch.Tensor) -> None:
-        torch_dist.all_reduce(tensor, group=self.group)
-
-    def __deepcopy__(self, memo):
-        return self  # a process group belongs to the process: copies share it
-
-    def __repr__(self):
-        return f"TorchCardGroup(world_size={self.world_size})"
 
 
 def _reduce_dims(x: torch.Tensor):

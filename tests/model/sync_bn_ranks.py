@@ -23,14 +23,15 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from mmgcu.model.sync_bn import GCUSyncBatchNorm, TorchCardGroup, convert_gcu_sync_batchnorm
+from mmgcu.device import CardGroup
+from mmgcu.model.sync_bn import GCUSyncBatchNorm, convert_gcu_sync_batchnorm
 
 
-class CountingGroup(TorchCardGroup):
-    """A TorchCardGroup that records the size of each all-reduce it makes."""
+class CountingGroup(CardGroup):
+    """torch.distributed's group, recording the size of each all-reduce it makes."""
 
     def __init__(self, group=None):
-        super().__init__(group)
+        super().__init__(dist, group)
         self.calls = []
 
     def all_reduce(self, tensor):

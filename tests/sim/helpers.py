@@ -14,7 +14,7 @@ import textwrap
 
 from tests.conftest import REPO, clean_env, free_port, last_json, run_python
 
-DEVICE_TYPE = {"v2": "gcu", "legacy": "xla"}
+DEVICE_TYPE = {"gcu2": "gcu", "gcu1": "xla", "v2": "gcu", "legacy": "xla"}
 
 PRELUDE = f"""\
 import sys as _sys
@@ -44,7 +44,8 @@ def sim_json(code, api="v2", cards=8, **env):
 
 
 def run_ranks(code, world_size=2, timeout=240, **env):
-    """Run ``code`` as ``world_size`` ranks at once (RANK, WORLD_SIZE, MASTER_* set).
+    """Run ``code`` (a snippet, or the path of a program) as ``world_size`` ranks at once
+    (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_* set).
 
     Returns each rank's last JSON line, in rank order; fails with every rank's output if
     one rank fails or they do not finish in ``timeout`` seconds.
@@ -62,7 +63,9 @@ def run_ranks(code, world_size=2, timeout=240, **env):
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-c", sim_code(code)],
+                [sys.executable, code]
+                if os.path.isfile(code)
+                else [sys.executable, "-c", sim_code(code)],
                 env=rank_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

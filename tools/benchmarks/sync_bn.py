@@ -5,7 +5,8 @@
 batch, ``N x C x H x W``), one training forward + backward of
 
 - ``bn``: ``nn.BatchNorm2d`` (each rank alone),
-- ``gcu_sync_bn``: ``GCUSyncBatchNorm`` over the gloo group (:class:`TorchCardGroup`),
+- ``gcu_sync_bn``: ``GCUSyncBatchNorm`` over the gloo group (a ``CardGroup`` over
+  torch.distributed),
 - ``gcu_sync_bn_local``: the same layer over a group of 2 whose all-reduce does nothing: the
   cost of its ordinary ops alone, what a card pays apart from the collectives,
 - ``all_reduce``: one gloo all-reduce of the forward's ``2C + 1`` float32 values,
@@ -123,11 +124,12 @@ def _rank_main(args):
     import torch.distributed as dist
     import torch.nn as nn
 
-    from mmgcu.model.sync_bn import GCUSyncBatchNorm, TorchCardGroup
+    from mmgcu.device import CardGroup
+    from mmgcu.model.sync_bn import GCUSyncBatchNorm
 
-    class Counting(TorchCardGroup):
+    class Counting(CardGroup):
         def __init__(self):
-            super().__init__()
+            super().__init__(dist)
             self.sizes = []
 
         def all_reduce(self, tensor):

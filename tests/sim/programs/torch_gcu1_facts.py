@@ -355,10 +355,13 @@ def _setup_distributed(tg):
 
 
 def main() -> None:
+    import importlib
+
     import torch
 
     import mmgcu  # noqa: F401  (installs the simulated torch_gcu)
-    import torch_gcu as tg
+
+    tg = importlib.import_module("torch_gcu")
 
     ranks = int(os.environ.get("WORLD_SIZE", "1"))
     if ranks > 1:
