@@ -58,6 +58,9 @@ def test_stock_train_on_8_cards(dataset, tmp_path):
     print(f"8-rank {LEG_API} run: {time.time() - started:.1f} s")
     assert code == 0, out[-5000:]
     assert_trained_on_own_cards(work, 8, out)
+    # The config's SyncBN stays SyncBN (BN statistics equal on every rank, checked above).
+    assert "synchronised across 8 cards by GCUSyncBatchNorm" in out
+    assert "reverted to BatchNorm" not in out
     for rank in range(8):
         assert f"rank {rank} on " in out and f"{LEG_DEVICE}:{rank} (card {rank} of 8)" in out
 
