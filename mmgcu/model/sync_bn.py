@@ -70,6 +70,39 @@ def _per_channel(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return t.view([1, -1] + [1] * (x.dim() - 2))
 
 
+def _global_moments(centred, x, group):
+    """One all-reduce of ``[sum(x - K), sum((x - K)^2), n]``: the group's count, the mean
+    of ``x - K`` and the biased variance (per channel)."""
+    channels = x.shape[1]
+    count = x.numel() // channels if channels else 0  # from the shape: no host read
+    dims = _reduce_dims(x)
+    stats = torch.cat(
+        [centred.sum(dims), (centred * centred).sum(dims), centred.new_full((1,), float(count))]
+    )
+    group.all_reduce(stats)
+    total = stats[2 * channels :]
+    seen = total.clamp(min=1)
+    shifted_mean = stats[:channels] / seen
+    var = (stats[channels : 2 * channels] / seen - shifted_mean * shifted_mean).clamp(min=0)
+    return total, shifted_mean, var
+
+
+def _update_running(running_mean, running_var, num_batches_tracked, momentum, mean, var, total):
+    """BN's running statistics from the group's moments (unbiased variance), in place."""
+    if running_mean is None and running_var is None:
+        return
+    if momentum is None:
+        factor = 1.0 / num_batches_tracked.float()  # cumulative average
+    else:
+        factor = torch.full_like(total, momentum)
+    factor = factor * (total > 0).float()  # an all-empty step changes nothing
+    if running_mean is not None:
+        running_mean.copy_(running_mean.float() * (1 - factor) + mean * factor)
+    if running_var is not None:
+        unbiased = var * total / (total - 1).clamp(min=1)
+        running_var.copy_(running_var.float() * (1 - factor) + unbiased * factor)
+
+
 class _SyncBatchNormFunction(torch.autograd.Function):
     """Batch norm over the union of the group's batches; see the module docstring."""
 
@@ -87,46 +120,20 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         group,
     ):
         channels = x.shape[1]
-        count = x.numel() // channels if channels else 0
-        dims = _reduce_dims(x)
         xf = x.float()
-        if running_mean is not None:
-            shift = running_mean.detach().float()
-        else:
+        shift = running_mean.detach().float() if running_mean is not None else None
+        if shift is None:
             shift = xf.new_zeros(channels)
         centred = xf - _per_channel(shift, x)  # a new tensor: normalised in place below
-        stats = torch.cat(
-            [
-                centred.sum(dims),
-                (centred * centred).sum(dims),
-                xf.new_full((1,), float(count)),
-            ]
-        )
-        group.all_reduce(stats)
-        total = stats[2 * channels :]
-        seen = total.clamp(min=1)
-        shifted_mean = stats[:channels] / seen
-        var = (stats[channels : 2 * channels] / seen - shifted_mean * shifted_mean).clamp(min=0)
+        total, shifted_mean, var = _global_moments(centred, x, group)
         invstd = torch.rsqrt(var + eps)
         mean = shift + shifted_mean
-
-        if running_mean is not None or running_var is not None:
-            if momentum is None:
-                factor = 1.0 / num_batches_tracked.float()  # cumulative average
-            else:
-                factor = torch.full_like(total, momentum)
-            factor = factor * (total > 0).float()  # an all-empty step changes nothing
-            if running_mean is not None:
-                running_mean.copy_(running_mean.float() * (1 - factor) + mean * factor)
-            if running_var is not None:
-                unbiased = var * total / (total - 1).clamp(min=1)
-                running_var.copy_(running_var.float() * (1 - factor) + unbiased * factor)
-
+        _update_running(running_mean, running_var, num_batches_tracked, momentum, mean, var, total)
         scale = invstd if weight is None else invstd * weight.float()
         y = centred.sub_(_per_channel(shifted_mean, x)).mul_(_per_channel(scale, x))
         if bias is not None:
             y.add_(_per_channel(bias.float(), x))
-        ctx.save_for_backward(x, weight, mean, invstd, seen)
+        ctx.save_for_backward(x, weight, mean, invstd, total.clamp(min=1))
         ctx.group = group
         ctx.has_bias = bias is not None
         ctx.bias_dtype = None if bias is None else bias.dtype

@@ -13,6 +13,10 @@ its own constructor (no ``static_graph``). Facts kept from that file:
 - Parameters and buffers are broadcast from the group's first rank when it is built.
 
 Gradients are averaged over the group when a backward pass ends (the real Reducer is C++).
+With ``find_unused_parameters=True`` a parameter without a gradient takes part as zeros
+and gets the group's average (the real Reducer leaves a parameter that no rank used
+without a gradient; telling that apart needs a host read, which the simulator avoids);
+without it, such a parameter fails as torch's DDP fails.
 """
 
 import contextlib
@@ -48,19 +52,9 @@ class DistributedDataParallel(torch.nn.Module):
         gradient_as_bucket_view=False,
     ):
         super().__init__()
-        assert any(p.requires_grad for p in module.parameters()), (
-            "DistributedDataParallel is not needed when a module "
-            "doesn't have any parameter that requires a gradient."
-        )
-        if device_ids is not None and len(device_ids) > 1:
-            raise RuntimeError("device_ids can only be None or contain a single element.")
+        self._check_module(module, device_ids)
         devices = {p.device for p in module.parameters()}
-        types = {d.type for d in devices}
-        assert len(types) == 1, (
-            "DistributedDataParallel's input module must be on the same type of devices, "
-            f"but input module parameters locate in {types}."
-        )
-        self.device_type = types.pop()
+        self.device_type = devices.copy().pop().type
         self._set_devices(devices, device_ids, output_device)
         self.process_group = process_group if process_group is not None else _get_default_group()
         if self.device_type == "xla" and gradient_as_bucket_view:
@@ -82,6 +76,20 @@ class DistributedDataParallel(torch.nn.Module):
         self._armed = self._queued = False
         for p in self._params:
             p.register_hook(self._on_grad)
+
+    @staticmethod
+    def _check_module(module, device_ids) -> None:
+        assert any(p.requires_grad for p in module.parameters()), (
+            "DistributedDataParallel is not needed when a module "
+            "doesn't have any parameter that requires a gradient."
+        )
+        if device_ids is not None and len(device_ids) > 1:
+            raise RuntimeError("device_ids can only be None or contain a single element.")
+        types = {p.device.type for p in module.parameters()}
+        assert len(types) == 1, (
+            "DistributedDataParallel's input module must be on the same type of devices, "
+            f"but input module parameters locate in {types}."
+        )
 
     def _set_devices(self, devices, device_ids, output_device) -> None:
         if self.device_type == "cpu" or len(devices) > 1:
