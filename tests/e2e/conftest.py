@@ -108,5 +108,16 @@ def probes(work_dir):
     return reports
 
 
+def checkpoint_report(path):
+    """What a checkpoint holds, as plain torch sees it in a process without mmgcu or the
+    simulator (``programs/check_cpu_checkpoint.py``)."""
+    program = osp.join(osp.dirname(osp.abspath(__file__)), "programs", "check_cpu_checkpoint.py")
+    proc = subprocess.run(
+        [sys.executable, program, path], env=clean_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def checkpoints(work_dir):
     return sorted(osp.basename(p) for p in glob.glob(osp.join(work_dir, "*.pth")))

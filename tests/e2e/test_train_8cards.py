@@ -10,6 +10,7 @@ from tests.conftest import REPO, clean_env
 from tests.e2e.conftest import (
     LEG_API,
     LEG_DEVICE,
+    checkpoint_report,
     checkpoints,
     finish,
     free_port,
@@ -45,6 +46,7 @@ def assert_trained_on_own_cards(work_dir, world, out, synced_buffers=True):
     assert "mIoU" in out
 
 
+@pytest.mark.t20
 def test_stock_train_on_8_cards(dataset, tmp_path):
     cfg = write_config(tmp_path / "cfg.py", dataset)
     work = str(tmp_path / "work")
@@ -63,6 +65,27 @@ def test_stock_train_on_8_cards(dataset, tmp_path):
     assert "reverted to BatchNorm" not in out
     for rank in range(8):
         assert f"rank {rank} on " in out and f"{LEG_DEVICE}:{rank} (card {rank} of 8)" in out
+
+
+@pytest.mark.t20
+def test_amp_then_resume_in_bfloat16_on_8_cards(dataset, tmp_path):
+    """--amp (float16) to iteration 4, then --resume in bfloat16 to 8: a checkpoint bound to
+    its cards, a scaler that does not resume, or a refused dtype fails here."""
+    cfg = write_config(tmp_path / "cfg.py", dataset)
+    work = str(tmp_path / "work")
+    args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work, "--amp"]
+    code, out = finish(torchrun(args, nproc=8, cards=8))
+    assert code == 0, out[-5000:]
+    assert "optimizer wrapper GCUAmpOptimWrapper (torch.float16)" in out
+    resume = ["--resume", "--cfg-options", "optim_wrapper.dtype=bfloat16"]
+    resume += ["train_cfg.max_iters=8", "param_scheduler.0.end=8"]
+    code, out = finish(torchrun(args + resume, nproc=8, cards=8))
+    assert code == 0, out[-5000:]
+    assert "resumed epoch: 0, iter: 4" in out and "Iter(train) [1/8]" not in out
+    assert "optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16)" in out
+    assert [r["iter"] for r in probes(work).values()] == [8] * 8
+    report = checkpoint_report(osp.join(work, "iter_8.pth"))
+    assert report["bad"] == [] and report["iter"] == 8, report
 
 
 def test_two_nodes_of_four_cards(dataset, tmp_path):
@@ -93,6 +116,7 @@ def test_two_nodes_of_four_cards(dataset, tmp_path):
     assert "physical card 7)" in out
 
 
+@pytest.mark.t20
 def test_nine_ranks_on_eight_cards_fail_fast(dataset, tmp_path):
     cfg = write_config(tmp_path / "cfg.py", dataset)
     started = time.time()

@@ -15,10 +15,11 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, clean_env, last_json, run_python
+from tests.conftest import REPO, clean_env
 from tests.e2e.conftest import (
     LEG_API,
     LEG_DEVICE,
+    checkpoint_report,
     checkpoints,
     finish,
     mmseg_tool,
@@ -237,32 +238,6 @@ def test_amp_in_float32_fails_fast(amp_cfg, tmp):
 
 
 # -- 3. resume --------------------------------------------------------------------------
-CHECK_CPU_CHECKPOINT = """
-import json, sys, torch
-kwargs = {} if torch.__version__.startswith("1.") else {"weights_only": False}
-ckpt = torch.load(sys.argv[1], map_location="cpu", **kwargs)
-bad, seen, count = [], set(), [0]
-def walk(x, path):
-    if id(x) in seen:
-        return
-    seen.add(id(x))
-    if isinstance(x, torch.Tensor):
-        count[0] += 1
-        if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.device.type != "cpu":
-            bad.append(f"{path}: {type(x).__name__} on {x.device}")
-    elif isinstance(x, dict):
-        for k, v in x.items():
-            walk(v, f"{path}[{k!r}]")
-    elif isinstance(x, (list, tuple, set)):
-        for i, v in enumerate(x):
-            walk(v, f"{path}[{i}]")
-    elif hasattr(x, "__dict__"):
-        walk(vars(x), f"{path}.__dict__")
-walk(ckpt, "ckpt")
-momentum = [s for s in ckpt["optimizer"]["state"].values() if "momentum_buffer" in s]
-print(json.dumps(dict(keys=sorted(ckpt), tensors=count[0], bad=bad[:20],
-                      momentum=len(momentum), iter=ckpt["meta"]["iter"])))
-"""
 
 
 def test_resume_continues_and_checkpoint_loads_on_cpu(resumed):
@@ -272,9 +247,7 @@ def test_resume_continues_and_checkpoint_loads_on_cpu(resumed):
     assert "Iter(train) [5/8]" in run.out and "Iter(train) [1/8]" not in run.out
     assert "iter_8.pth" in checkpoints(run.work_dir)
     assert run.each("iter") == [8, 8]
-    ckpt = osp.join(run.work_dir, "iter_8.pth")
-    code = CHECK_CPU_CHECKPOINT.replace("sys.argv[1]", repr(ckpt))
-    report = last_json(run_python(code).stdout)  # no MMGCU_SIMULATE: no simulator
+    report = checkpoint_report(osp.join(run.work_dir, "iter_8.pth"))
     assert report["bad"] == [], report
     assert report["iter"] == 8
     assert report["momentum"] > 0 and report["tensors"] > report["momentum"]
