@@ -23,6 +23,8 @@ import types
 from unittest import mock
 
 import torch
+from mmengine.model import BaseModel
+from torch.nn.parallel import DistributedDataParallel
 
 from mmgcu.device.fallback import CPUAccelerator, CUDAAccelerator
 from mmgcu.device.gcu1 import GCU1Accelerator
@@ -334,3 +336,37 @@ class ConvBN(torch.nn.Module):
 def norm_types(model):
     """The classes of the normalisation layers of ``model``."""
     return [type(m) for m in model.modules() if "Norm" in type(m).__name__]
+
+
+class ToyModel(BaseModel):
+    """An mmengine model: ``forward(inputs, data_samples, mode)``; its loss is ``mean(y**2)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+
+    def forward(self, inputs, data_samples=None, mode="tensor"):
+        out = self.linear(inputs)
+        if mode == "loss":
+            return {"loss": out.pow(2).mean()}
+        if mode == "predict":
+            return [out]
+        return out
+
+
+def toy_batch(n=4):
+    return dict(inputs=torch.ones(n, 2))
+
+
+def record_torch_ddp(monkeypatch):
+    """Replace torch DDP's ``__init__`` by a recorder (no process group needed); returns the
+    list of the keyword arguments each construction got."""
+    calls = []
+
+    def fake_init(self, module, **kwargs):
+        torch.nn.Module.__init__(self)
+        self.module = module
+        calls.append(kwargs)
+
+    monkeypatch.setattr(DistributedDataParallel, "__init__", fake_init)
+    return calls
