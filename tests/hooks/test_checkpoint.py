@@ -71,6 +71,7 @@ def test_to_cpu_keeps_a_namedtuple_without_tensors():
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="bug: to_cpu (mmgcu/hooks/checkpoint.py:21) returns a namedtuple unchanged, so a "
     "card tensor inside one stays on the card in the checkpoint",
 )

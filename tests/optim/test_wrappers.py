@@ -115,7 +115,8 @@ def test_the_step_is_the_accelerators_once_per_accumulated_step(monkeypatch, gcu
 
 @pytest.mark.xfail(
     strict=True,
-    reason="bug: CardStep.backward (mmgcu/optim/wrappers.py:40-42) keeps the loss "
+    raises=AssertionError,
+    reason="bug: CardStep.backward (mmgcu/optim/wrappers.py:41-43) keeps the loss "
     "OptimWrapper.update_params has already divided by the accumulation count (scale_loss), "
     "a new tensor, so the lazy graph's extra output is not the loss update_params got (the "
     "one mmengine logs and reads on the host)",
