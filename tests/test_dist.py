@@ -61,17 +61,17 @@ def torch_groups(monkeypatch, events):
 
 
 @pytest.mark.parametrize("requested", [None, "", "auto", "nccl", "eccl"])
-def test_device_backend_on_gcu2(gcu2, requested):
+def test_pg_backend_on_gcu2(gcu2, requested):
     assert mdist.pg_backend_for(requested, gcu2) == "cpu:gloo,gcu:eccl"
 
 
 @pytest.mark.parametrize("requested", [None, "nccl", "eccl"])
-def test_device_backend_on_gcu1(gcu1, requested):
+def test_pg_backend_on_gcu1(gcu1, requested):
     assert mdist.pg_backend_for(requested, gcu1) == "gloo"
 
 
 @pytest.mark.parametrize("requested", [None, "auto", "nccl"])
-def test_device_backend_on_fallbacks(monkeypatch, cpu, requested):
+def test_pg_backend_on_fallbacks(monkeypatch, cpu, requested):
     assert mdist.pg_backend_for(requested, fakes.cuda(monkeypatch)) == "nccl"
     assert mdist.pg_backend_for(requested, cpu) == "gloo"
 
