@@ -10,6 +10,7 @@ from unittest import mock
 
 import pytest
 import torch
+from mmengine.config import Config, ConfigDict
 from mmengine.hooks import EmptyCacheHook
 from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
@@ -130,6 +131,15 @@ def test_a_stock_type_resolves_to_the_gcu_class(gcu, given):
 
     assert resolved == dict(type=GCUValLoop, fp16=True)
     assert cfg == dict(type=given, fp16=True)  # the config is not changed
+
+
+def test_a_config_dict_resolves_to_a_config_dict(gcu):
+    cfg = Config(dict(val_cfg=dict(type="ValLoop", fp16=True))).val_cfg
+
+    resolved = Counterparts(gcu).resolve(cfg, LOOPS)
+
+    assert isinstance(resolved, ConfigDict) and resolved.type is GCUValLoop
+    assert resolved.fp16 is True and cfg.type == "ValLoop"
 
 
 def test_the_default_type_stands_for_a_missing_type(gcu):

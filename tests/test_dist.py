@@ -82,6 +82,11 @@ def test_eccl_without_a_gcu_is_refused(cpu):
     assert cpu.description in str(err.value)
 
 
+def test_the_devices_own_backend_passes(gcu2, gcu1):
+    assert mdist.pg_backend_for("cpu:gloo,gcu:eccl", gcu2) == "cpu:gloo,gcu:eccl"
+    assert mdist.pg_backend_for("gloo", gcu1) == "gloo"
+
+
 def test_gloo_on_gcu2_is_refused(gcu2):
     with pytest.raises(GCUError, match="'gloo' cannot carry GCU tensors") as err:
         mdist.pg_backend_for("gloo", gcu2)
