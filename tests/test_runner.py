@@ -11,6 +11,7 @@ import logging
 import os
 import os.path as osp
 import re
+import sys
 from unittest import mock
 
 import mmengine.runner.runner as mm_runner
@@ -114,12 +115,12 @@ def logged(monkeypatch):
 def install(kind, monkeypatch, events, **kwargs):
     """The vendor modules of ``kind`` (a real accelerator over them is returned too)."""
     if kind == "cpu":
-        monkeypatch.setitem(os.sys.modules, "torch_gcu", None)
+        monkeypatch.setitem(sys.modules, "torch_gcu", None)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         monkeypatch.delattr(torch, "gcu", raising=False)
         return fakes.cpu()
     if kind == "cuda":
-        monkeypatch.setitem(os.sys.modules, "torch_gcu", None)
+        monkeypatch.setitem(sys.modules, "torch_gcu", None)
         monkeypatch.delattr(torch, "gcu", raising=False)
     return fakes.ACCELERATORS[kind](monkeypatch, events=events, **kwargs)
 
