@@ -68,6 +68,25 @@ def run_python(code, timeout=300, check=True, **env):
     return proc
 
 
+def run_program(path, *args, timeout=300, check=True, **env):
+    """Run the program file ``path`` with ``args`` in a fresh interpreter, ``env`` added.
+
+    Programs live next to their tests (``tests/<dir>/programs/<name>.py``); they print
+    what they found as a JSON line (read it with :func:`last_json`).
+    """
+    proc = subprocess.run(
+        [sys.executable, str(path), *[str(a) for a in args]],
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
 def free_port() -> int:
     """A TCP port free on this host now (for MASTER_PORT)."""
     with socket.socket() as s:

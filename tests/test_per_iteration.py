@@ -1,244 +1,124 @@
 """Per-iteration work audit: after the first iteration, mmgcu adds no work to a step.
 
-A short training of the tiny config runs on one simulated card (v2 and legacy) in a
-fresh process, under a ``sys.setprofile`` (and ``threading.setprofile``) counter of the
-Python calls into functions whose code lives in the ``mmgcu/`` package. A marker hook at
-``LOWEST`` priority cuts the run into segments: iteration k is everything from the end of
-iteration k-1's ``after_*_iter`` hooks to the end of its own, so the loop's own work (data
-fetch, ``GCUValLoop.run_iter``, which itself calls the ``*_iter`` hooks) is inside it.
+``tests/programs/per_iteration.py`` trains the tiny config on one simulated card (torch_gcu
+2.x and 1.x) in a fresh process and counts the Python calls into mmgcu per source file in
+each iteration (see its docstring for how iterations are cut). The audit holds each file
+to a budget of calls per iteration, so renaming or moving a function inside a file changes
+nothing here, while new per-iteration work in any file does:
 
-Asserted, for training iterations and validation iterations alike:
+- from iteration 2 on, training iterations call only the optimizer wrapper's step path
+  (``mmgcu/optim/wrappers.py``) and the accelerator's step (``device/base.py`` on 2.x,
+  ``device/gcu1.py`` on 1.x), within their budgets, the same in every iteration;
+- validation iterations call only the loop's autocast path (``mmgcu/loops.py``);
+- iteration 1 calls more: the one-time first-batch check (``mmgcu/model/placement.py``);
+- the placement hook (``mmgcu/hooks/placement.py``) runs before the loop, never in it.
 
-- from iteration 2 on, the plugin functions called per iteration are exactly the expected
-  minimal set with the expected count each (train: the optimizer-step path
-  ``GCUOptimWrapper.step -> _step -> get_backend -> backend.optimizer_step``; validation:
-  ``GCUValLoop.run_iter -> _autocast``), the same in every iteration (no growth);
-- iteration 1 calls strictly more: the one-time first-batch check of
-  ``GCURunner._check_first_batch`` (a forward hook that removes itself);
-- ``GCUDevicePlacementHook`` runs before the loops, never inside an iteration.
+Calls into ``mmgcu/sim/`` are the simulated vendor library (what torch_gcu itself does) and
+have no budget; the vendor's work is checked as lazy graph runs instead: one per training
+iteration on 1.x, none on 2.x. The logger and checkpoint intervals are longer than the run,
+so no log line or checkpoint falls in an iteration (logging iterations add the log
+processor's calls by design).
 
-Calls into ``mmgcu/sim/`` are the fake vendor library (what torch_gcu itself would do),
-counted separately: on legacy exactly one ``torch_gcu.optimizer_step`` per training
-iteration, on v2 none. The logger interval is 1000 and the train set (16 images, 2 per
-batch) is longer than the run, so no log line (and no ``GCULogProcessor`` call) falls in an
-iteration; logging iterations would add the log processor's calls by design.
-
-The same child also trains once more with a hook that calls mmgcu each iteration (a
-"per-iteration placement check"), and the audit must flag it: the test can fail.
+The program also trains with a hook that calls mmgcu every iteration, and the audit must
+flag it: the test can fail.
 """
 
-import json
+import os
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import last_json, run_program
 from tests.e2e.conftest import TINY, dataset  # noqa: F401  (the session's synthetic dataset)
 
+PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "per_iteration.py")
 ITERS = 5
 VAL_ITERS = 3
+VENDOR = "mmgcu/sim/"
 
-CHILD = r"""
-import inspect
-import json
-import os
-import sys
-import threading
-
-import mmgcu  # installs the simulated torch_gcu (MMGCU_SIMULATE=1)
-from mmengine.config import Config
-from mmengine.hooks import Hook
-from mmengine.registry import HOOKS, RUNNERS
-
-TINY, DATA, WORK, ITERS, VAL_ITERS = json.loads(os.environ["PER_ITERATION_AUDIT"])
-PKG = os.path.dirname(mmgcu.__file__)
-ROOT = os.path.dirname(PKG)
-
-
-def qualnames():
-    # code object -> qualified name, for the plugin's functions and methods (co_qualname
-    # exists only from Python 3.11; closures fall back to it or to co_name).
-    names = {}
-    for name, module in list(sys.modules.items()):
-        if not (name == "mmgcu" or name.startswith("mmgcu.")) or module is None:
-            continue
-        for obj in list(vars(module).values()):
-            members = [obj]
-            if inspect.isclass(obj) and obj.__module__ == name:
-                members = [
-                    getattr(v, "__func__", getattr(v, "fget", v)) for v in vars(obj).values()
-                ]
-            for fn in members:
-                fn = inspect.unwrap(fn) if callable(fn) else fn
-                code = getattr(fn, "__code__", None)
-                if code is not None and code.co_filename.startswith(PKG):
-                    names[code] = fn.__qualname__
-    return names
-
-
-class Audit:
-    def __init__(self):
-        self.segment = "setup"
-        self.counts = {}
-        self.keys = {}
-        self.names = qualnames()
-
-    def profile(self, frame, event, arg):
-        if event != "call":
-            return
-        code = frame.f_code
-        key = self.keys.get(code, 0)
-        if key == 0:
-            key = None
-            if code.co_filename.startswith(PKG):
-                name = self.names.get(code) or getattr(code, "co_qualname", code.co_name)
-                path = os.path.relpath(code.co_filename, ROOT).replace(os.sep, "/")
-                key = f"{path}:{name}"
-            self.keys[code] = key
-        if key is not None:
-            seg = self.counts.setdefault(self.segment, {})
-            seg[key] = seg.get(key, 0) + 1
-
-
-audit = Audit()
-
-
-@HOOKS.register_module()
-class IterationMarks(Hook):
-    # LOWEST: a segment ends after every other hook of the iteration.
-    priority = "LOWEST"
-
-    def before_train(self, runner):
-        audit.segment = "train:1"
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-        done = runner.iter + 1  # the loop counts the iteration after its hooks
-        audit.segment = "train:after" if done == ITERS else f"train:{done + 1}"
-
-    def before_val(self, runner):
-        audit.segment = "val:1"
-
-    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-        done = batch_idx + 1
-        audit.segment = "val:after" if done == VAL_ITERS else f"val:{done + 1}"
-
-
-@HOOKS.register_module()
-class PerIterationCheck(Hook):
-    # What the audit must catch: a plugin check run in every iteration.
-    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-        from mmgcu.device import get_backend
-        from mmgcu.model.wrappers import misplaced
-
-        assert not misplaced(runner.model, get_backend().device())
-
-
-def train(name, hooks):
-    cfg = Config.fromfile(TINY)
-    cfg.work_dir = os.path.join(WORK, name)
-    cfg.experiment_name = name
-    for loader in (cfg.train_dataloader, cfg.val_dataloader):
-        loader.dataset.data_root = DATA
-    cfg.val_dataloader.dataset.indices = VAL_ITERS
-    cfg.test_dataloader = cfg.val_dataloader
-    cfg.train_cfg = dict(type="IterBasedTrainLoop", max_iters=ITERS, val_interval=ITERS)
-    cfg.default_hooks.logger.interval = 1000
-    cfg.default_hooks.checkpoint = dict(type="CheckpointHook", interval=1000, save_last=False)
-    cfg.custom_hooks = [dict(type=h) for h in hooks]
-    runner = RUNNERS.build(cfg)
-    audit.__init__()
-    sys.setprofile(audit.profile)
-    threading.setprofile(audit.profile)
-    try:
-        runner.train()
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
-    return dict(
-        segments=audit.counts,
-        optim_wrapper=type(runner.optim_wrapper).__name__,
-        backend=mmgcu.get_backend().name,
-    )
-
-
-runs = {
-    "clean": train("clean", ["IterationMarks"]),
-    "injected": train("injected", ["IterationMarks", "PerIterationCheck"]),
+#: Calls per training iteration (from the 2nd on) each file may make, by accelerator kind.
+TRAIN_BUDGET = {
+    "gcu2": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/base.py": 1},
+    "gcu1": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/gcu1.py": 2},
 }
-print(json.dumps(runs))
-"""
-
-OPTIM_STEP = {
-    "mmgcu/optim/wrappers.py:GCUOptimWrapper.step": 1,
-    "mmgcu/optim/wrappers.py:_step": 1,
-    "mmgcu/device/__init__.py:get_backend": 1,
-}
-# Plugin calls per iteration from the 2nd on, and the fake vendor's (mmgcu/sim/) calls.
-EXPECTED = {
-    "v2": {
-        "train": dict(OPTIM_STEP, **{"mmgcu/device/base.py:DeviceBackend.optimizer_step": 1}),
-        "train_vendor": {},
-    },
-    "legacy": {
-        "train": dict(OPTIM_STEP, **{"mmgcu/device/legacy.py:GcuLegacyBackend.optimizer_step": 1}),
-        "train_vendor": {"mmgcu/sim/legacy.py:optimizer_step": 1},
-    },
-}
-EXPECTED_VAL = {"mmgcu/loops.py:GCUValLoop.run_iter": 1, "mmgcu/loops.py:_autocast": 1}
-FIRST_BATCH_CHECK = "mmgcu/runner.py:_check_first_batch.<locals>.check"
-PLACEMENT = "mmgcu/hooks/placement.py:GCUDevicePlacementHook."
+#: Calls per validation iteration each file may make.
+VAL_BUDGET = {"mmgcu/loops.py": 2}
+#: Lazy graphs the simulated vendor runs per training iteration.
+GRAPH_RUNS = {"gcu2": 0, "gcu1": 1}
+FIRST_BATCH_CHECK = "mmgcu/model/placement.py"
+PLACEMENT_HOOK = "mmgcu/hooks/placement.py"
 
 
-def split(counts):
-    """``counts`` as (plugin calls, fake-vendor calls)."""
-    plugin = {k: n for k, n in counts.items() if not k.startswith("mmgcu/sim/")}
-    vendor = {k: n for k, n in counts.items() if k.startswith("mmgcu/sim/")}
-    return plugin, vendor
+def plugin(counts):
+    """``counts`` without the simulated vendor's files."""
+    return {path: n for path, n in counts.items() if not path.startswith(VENDOR)}
 
 
-def audit(segments, api):
-    """What is wrong with one run's per-segment call counts (empty: nothing)."""
+def over_budget(counts, budget):
+    """What in ``counts`` is beyond ``budget``, and which budgeted file was not called."""
+    problems = [
+        f"{path}: {n} call(s), budget {budget.get(path, 0)}"
+        for path, n in sorted(counts.items())
+        if n > budget.get(path, 0)
+    ]
+    problems += [f"{path}: not called" for path in sorted(budget) if path not in counts]
+    return problems
+
+
+def audit(run, kind):
+    """What is wrong with one run (empty: nothing)."""
+    segments, graph_runs = run["segments"], run["graph_runs"]
+    train = [plugin(segments.get(f"train:{k}", {})) for k in range(1, ITERS + 1)]
+    val = [plugin(segments.get(f"val:{k}", {})) for k in range(1, VAL_ITERS + 1)]
     problems = []
-    iters = [segments.get(f"train:{k}", {}) for k in range(1, ITERS + 1)]
-    vals = [segments.get(f"val:{k}", {}) for k in range(1, VAL_ITERS + 1)]
-    for k, counts in enumerate(iters[1:], 2):
-        plugin, vendor = split(counts)
-        if plugin != EXPECTED[api]["train"]:
-            problems.append(f"train iteration {k}: plugin calls {plugin}")
-        if vendor != EXPECTED[api]["train_vendor"]:
-            problems.append(f"train iteration {k}: vendor calls {vendor}")
-    for k, counts in enumerate(vals, 1):
-        if counts != EXPECTED_VAL:
-            problems.append(f"val iteration {k}: calls {counts}")
-    first, _ = split(iters[0])
-    second, _ = split(iters[1])
+    for k, counts in enumerate(train[1:], 2):
+        problems += [f"train iteration {k}: {p}" for p in over_budget(counts, TRAIN_BUDGET[kind])]
+        if counts != train[1]:
+            problems.append(f"train iteration {k} differs from iteration 2: {counts}")
+    for k, counts in enumerate(val, 1):
+        problems += [f"val iteration {k}: {p}" for p in over_budget(counts, VAL_BUDGET)]
+    for k in range(1, ITERS + 1):
+        if graph_runs.get(f"train:{k}") != GRAPH_RUNS[kind]:
+            problems.append(f"train iteration {k}: {graph_runs.get(f'train:{k}')} graph runs")
+    if any(graph_runs.get(f"val:{k}") for k in range(1, VAL_ITERS + 1)):
+        problems.append(f"graph runs in validation: {graph_runs}")
+    first, second = train[0], train[1]
     if FIRST_BATCH_CHECK not in first:
         problems.append(f"iteration 1 ran no first-batch check: {first}")
     if not (sum(first.values()) > sum(second.values()) and set(second) <= set(first)):
-        problems.append(f"iteration 1 ({first}) does not call more than iteration 2")
-    for k, counts in enumerate(iters, 1):
-        if any(key.startswith(PLACEMENT) for key in counts):
-            problems.append(f"train iteration {k} calls the placement hook: {counts}")
-    # The profiler saw the plugin at all: the placement check ran before the loop.
-    if not any(key.startswith(PLACEMENT) for key in segments.get("setup", {})):
+        problems.append(f"iteration 1 ({first}) does not call more than iteration 2 ({second})")
+    for counts in train + val:
+        if PLACEMENT_HOOK in counts:
+            problems.append(f"the placement hook runs inside an iteration: {counts}")
+    if PLACEMENT_HOOK not in segments.get("setup", {}):
         problems.append(f"no placement check before the loop: {segments.get('setup')}")
     return problems
 
 
-@pytest.mark.parametrize("api", ["v2", "legacy"])
-def test_no_per_iteration_work_after_the_first(api, dataset, tmp_path):  # noqa: F811
-    proc = run_python(
-        CHILD,
+@pytest.mark.parametrize("kind", ["gcu2", "gcu1"])
+def test_no_per_iteration_work_after_the_first(kind, dataset, tmp_path):  # noqa: F811
+    proc = run_program(
+        PROGRAM,
+        TINY,
+        dataset,
+        tmp_path,
+        ITERS,
+        VAL_ITERS,
         timeout=300,
-        PER_ITERATION_AUDIT=json.dumps([TINY, dataset, str(tmp_path), ITERS, VAL_ITERS]),
         MMGCU_SIMULATE=1,
-        MMGCU_SIMULATE_API=api,
+        MMGCU_SIMULATE_API=kind,
         OMP_NUM_THREADS=1,
     )
-    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    runs = last_json(proc.stdout)
     clean = runs["clean"]
-    assert clean["backend"] == api and clean["optim_wrapper"] == "GCUOptimWrapper", clean
-    problems = audit(clean["segments"], api)
-    assert not problems, "\n".join(problems) + "\n" + json.dumps(clean["segments"], indent=1)
-    # The same audit catches a plugin check added to every iteration.
-    injected = audit(runs["injected"]["segments"], api)
-    assert any(p.startswith("train iteration 2:") for p in injected), injected
+    assert (clean["kind"], clean["optim_wrapper"], clean["val_loop"]) == (
+        kind,
+        "GCUOptimWrapper",
+        "GCUValLoop",
+    )
+    problems = audit(clean, kind)
+    assert not problems, "\n".join(problems) + f"\n{clean}"
+    # The same audit catches mmgcu work added to every iteration.
+    injected = audit(runs["injected"], kind)
+    assert any(p.startswith("train iteration 2: mmgcu/model/placement.py") for p in injected), (
+        injected
+    )

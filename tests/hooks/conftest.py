@@ -1,13 +1,8 @@
-"""Each test starts with no chosen backend and no TOPS_VISIBLE_DEVICES."""
+"""Each hook test starts without TOPS_VISIBLE_DEVICES (it remaps physical cards)."""
 
 import pytest
 
-from mmgcu.device import reset_backend
-
 
 @pytest.fixture(autouse=True)
-def fresh_backend(monkeypatch):
+def no_visible_devices(monkeypatch):
     monkeypatch.delenv("TOPS_VISIBLE_DEVICES", raising=False)
-    reset_backend()
-    yield
-    reset_backend()

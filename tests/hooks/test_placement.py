@@ -1,7 +1,8 @@
-"""GCUDevicePlacementHook: misplaced tensors, two ranks on one card, the idle-cards warning.
+"""GCUDevicePlacementHook: misplaced tensors, two ranks on one card, the summary, idle cards.
 
-``_verify`` is fed the per-rank records directly; ``_check`` runs on a faked backend whose
-``device()`` is the CPU, with the all-gather replaced where several ranks are needed.
+``verify`` is fed the per-rank records directly; the hook runs on a stand-in runner with a
+real accelerator whose ``device()`` is the CPU, with the all-gather replaced where several
+ranks are needed.
 """
 
 import logging
@@ -10,13 +11,15 @@ from unittest import mock
 
 import pytest
 import torch
+from mmengine.optim import OptimWrapper
 
 import mmgcu.hooks.placement as placement
 from mmgcu.device import GCUError, physical_card
 from mmgcu.hooks import GCUDevicePlacementHook
-from tests.model.fakes import ConvBN, install_cpu, install_cuda, install_legacy, install_v2
-
-verify = GCUDevicePlacementHook._verify
+from mmgcu.hooks.placement import summary, verify
+from mmgcu.optim import GCUAmpOptimWrapper
+from tests import fakes
+from tests.fakes import ConvBN
 
 
 @pytest.fixture
@@ -35,13 +38,18 @@ def record(rank, host="node0", card=0, physical=None, wrong=()):
         physical=str(card) if physical is None else physical,
         device=f"gcu:{card}",
         cards=8,
-        misplaced=list(wrong[:5]),
-        n_misplaced=len(wrong),
+        misplaced=list(wrong),
     )
 
 
-def make_runner(model, rank=0):
-    return SimpleNamespace(model=model, rank=rank, logger=mock.Mock())
+def make_runner(accelerator, model=None, rank=0, optim_wrapper=None):
+    return SimpleNamespace(
+        model=ConvBN() if model is None else model,
+        rank=rank,
+        logger=mock.Mock(),
+        accelerator=accelerator,
+        optim_wrapper=optim_wrapper,
+    )
 
 
 def gather_as(monkeypatch, *others):
@@ -61,19 +69,24 @@ def warnings_of(logged):
     return [c.args[0] for c in logged.call_args_list if c.kwargs.get("level") == logging.WARNING]
 
 
-# -- _verify ---------------------------------------------------------------------------
+def logged_summary(runner):
+    (line,) = runner.logger.info.call_args.args
+    return line
+
+
+# -- verify ------------------------------------------------------------------------------------
 
 
 def test_verify_names_rank_count_and_tensors():
-    names = [f"layer{i}.weight on cpu" for i in range(7)]
+    wrong = [(f"layer{i}.weight", "cpu") for i in range(7)]
 
     with pytest.raises(GCUError) as info:
-        verify([record(0), record(3, card=3, wrong=names)])
+        verify([record(0), record(3, card=3, wrong=wrong)])
 
     message = str(info.value)
     assert message.startswith("rank 3: 7 parameter(s)/buffer(s) are not on its card gcu:3: ")
     assert "layer0.weight on cpu, layer1.weight on cpu" in message
-    assert "layer4.weight on cpu" in message and "layer5.weight" not in message
+    assert "layer4.weight on cpu ..." in message and "layer5.weight" not in message
 
 
 def test_verify_names_both_ranks_on_one_card():
@@ -119,16 +132,14 @@ def test_verify_refuses_agents_sharing_a_visible_card(monkeypatch):
         verify(ranks)
 
 
-# -- _check on one rank --------------------------------------------------------------------
+# -- the hook on one rank ------------------------------------------------------------------------
 
 
-def test_misplaced_model_stops_the_run(monkeypatch):
-    install_cpu(monkeypatch)
+def test_a_misplaced_model_stops_the_run():
     model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(4)]).to("meta")
-    runner = make_runner(model, rank=0)
 
     with pytest.raises(GCUError) as info:
-        GCUDevicePlacementHook().before_train(runner)
+        GCUDevicePlacementHook().before_train(make_runner(fakes.cpu(), model))
 
     message = str(info.value)
     assert message.startswith("rank 0: 8 parameter(s)/buffer(s) are not on its card cpu: ")
@@ -136,43 +147,27 @@ def test_misplaced_model_stops_the_run(monkeypatch):
     assert "2.bias" not in message
 
 
-def test_wrapped_model_is_checked_through_module(monkeypatch):
-    install_cpu(monkeypatch)
+def test_a_wrapped_model_is_checked_through_module(monkeypatch):
     inner = ConvBN()
     inner.bn.running_var = inner.bn.running_var.to("meta")
     wrapper = mock.Mock(module=inner)
     monkeypatch.setattr(placement, "is_model_wrapper", lambda m: m is wrapper)
 
     with pytest.raises(GCUError, match="bn.running_var on meta"):
-        GCUDevicePlacementHook().before_train(make_runner(wrapper))
-
-
-def test_placed_model_is_logged(monkeypatch):
-    install_v2(monkeypatch, current=1, on_cpu=True)
-    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "4,5")
-    runner = make_runner(ConvBN(), rank=0)
-
-    GCUDevicePlacementHook().before_train(runner)
-
-    fmt, generation, lines = runner.logger.info.call_args.args
-    assert generation == "v2"
-    assert "rank 0 on " in lines
-    assert lines.endswith("cpu (card 1 of 8, physical card 5)")
+        GCUDevicePlacementHook().before_train(make_runner(fakes.cpu(), wrapper))
 
 
 @pytest.mark.parametrize("first", ["before_train", "before_val", "before_test"])
-def test_each_loop_start_runs_the_check(monkeypatch, first):
-    install_cpu(monkeypatch)
-    runner = make_runner(ConvBN().to("meta"))
+def test_each_loop_start_runs_the_check(first):
+    runner = make_runner(fakes.cpu(), ConvBN().to("meta"))
 
     with pytest.raises(GCUError):
         getattr(GCUDevicePlacementHook(), first)(runner)
 
 
-def test_check_runs_once_for_all_loops(monkeypatch):
-    install_cpu(monkeypatch)
+def test_the_check_runs_once_for_all_loops(monkeypatch):
     gathered = gather_as(monkeypatch, record(1, host="other", card=0))
-    runner = make_runner(ConvBN())
+    runner = make_runner(fakes.cpu())
     hook = GCUDevicePlacementHook()
 
     hook.before_train(runner)
@@ -184,36 +179,90 @@ def test_check_runs_once_for_all_loops(monkeypatch):
     assert runner.logger.info.call_count == 1
 
 
-# -- _check across ranks --------------------------------------------------------------------
+def test_its_priority_runs_it_before_other_hooks():
+    assert GCUDevicePlacementHook.priority == "VERY_HIGH"
+
+
+# -- the summary ---------------------------------------------------------------------------------
+
+
+def test_summary_of_a_gcu2_rank(monkeypatch):
+    accelerator = fakes.gcu2(monkeypatch, current=1, on_cpu=True)
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "4,5")
+    model = ConvBN()
+    optim_wrapper = GCUAmpOptimWrapper(
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1), dtype="bfloat16"
+    )
+    runner = make_runner(accelerator, model, optim_wrapper=optim_wrapper)
+
+    GCUDevicePlacementHook().before_train(runner)
+
+    first, *ranks = logged_summary(runner).splitlines()
+    assert first == (
+        "mmgcu: gcu2 (torch_gcu 2.5.0 (2.x, PrivateUse1 'gcu')); card tensors over none (one "
+        "process); optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16); memory column: peak "
+        "allocated since the last log line (max_memory_allocated)"
+    )
+    (rank,) = ranks
+    assert rank.startswith("    rank 0 on ")
+    assert rank.endswith(": cpu (card 1 of 8, physical card 5)")
+
+
+def test_summary_names_the_card_group_and_every_rank(monkeypatch):
+    accelerator = fakes.gcu1(monkeypatch, on_cpu=True)
+    accelerator.torch_gcu.distributed.group.WORLD = object()
+    accelerator.adopt_process_groups()
+    everyone = [record(0), record(1, host="node1", card=0, physical="3")]
+    runner = make_runner(accelerator, optim_wrapper=dict(type="OptimWrapper"))
+
+    text = summary(runner, everyone)
+
+    first, *ranks = text.splitlines()
+    assert "card tensors over torch_gcu.distributed eccl" in first
+    assert "optimizer wrapper -;" in first  # not built yet (a test run)
+    assert ranks == [
+        "    rank 0 on node0: gcu:0 (card 0 of 8)",
+        "    rank 1 on node1: gcu:0 (card 0 of 8, physical card 3)",
+    ]
+
+
+def test_summary_names_a_plain_optimizer_wrapper_without_a_dtype():
+    model = ConvBN()
+    runner = make_runner(
+        fakes.cpu(), model, optim_wrapper=OptimWrapper(torch.optim.SGD(model.parameters(), lr=1))
+    )
+    assert "optimizer wrapper OptimWrapper; memory column: none" in summary(runner, [record(0)])
+
+
+# -- across ranks --------------------------------------------------------------------------------
 
 
 def test_another_rank_on_my_card_stops_the_run(monkeypatch):
-    install_v2(monkeypatch, current=2, on_cpu=True)
+    accelerator = fakes.gcu2(monkeypatch, current=2, on_cpu=True)
     other = record(7, host=placement.socket.gethostname(), card=2)
     gathered = gather_as(monkeypatch, other)
 
     with pytest.raises(GCUError, match="ranks 0 and 7 both run on card 2 of "):
-        GCUDevicePlacementHook().before_train(make_runner(ConvBN(), rank=0))
+        GCUDevicePlacementHook().before_train(make_runner(accelerator))
 
     assert gathered[0]["card"] == 2 and gathered[0]["physical"] == "2"
 
 
 def test_another_ranks_misplaced_tensors_stop_every_rank(monkeypatch):
-    install_cpu(monkeypatch)
-    gather_as(monkeypatch, record(5, host="other", wrong=["head.weight on cpu"]))
+    gather_as(monkeypatch, record(5, host="other", wrong=[("head.weight", "cpu")]))
 
     with pytest.raises(GCUError, match="rank 5: 1 parameter"):
-        GCUDevicePlacementHook().before_train(make_runner(ConvBN(), rank=0))
+        GCUDevicePlacementHook().before_train(make_runner(fakes.cpu()))
 
 
-# -- the idle-cards warning ------------------------------------------------------------------
+# -- the idle-cards warning ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("install", [install_v2, install_legacy], ids=["v2", "legacy"])
-def test_single_process_on_many_gcus_is_warned(monkeypatch, logged, install):
-    install(monkeypatch, cards=8, on_cpu=True)
+@pytest.mark.parametrize("kind", ["gcu2", "gcu1"])
+def test_a_single_process_on_many_gcus_is_warned(monkeypatch, logged, kind):
+    accelerator = fakes.ACCELERATORS[kind](monkeypatch, cards=8, on_cpu=True)
 
-    GCUDevicePlacementHook().before_train(make_runner(ConvBN()))
+    GCUDevicePlacementHook().before_train(make_runner(accelerator))
 
     (warning,) = warnings_of(logged)
     assert warning.startswith("using 1 of 8 GCUs: this is a single process, so 7 card(s) idle.")
@@ -221,23 +270,21 @@ def test_single_process_on_many_gcus_is_warned(monkeypatch, logged, install):
 
 
 @pytest.mark.parametrize(
-    "install, cards",
-    [(install_v2, 1), (install_cpu, None), (install_cuda, 8)],
-    ids=["one-gcu", "cpu", "cuda"],
+    "kind, cards", [("gcu2", 1), ("cpu", None), ("cuda", 8)], ids=["one-gcu", "cpu", "cuda"]
 )
-def test_no_idle_warning_without_idle_gcus(monkeypatch, logged, install, cards):
+def test_no_idle_warning_without_idle_gcus(monkeypatch, logged, kind, cards):
     kwargs = {} if cards is None else dict(cards=cards)
-    install(monkeypatch, on_cpu=True, **kwargs)
+    accelerator = fakes.ACCELERATORS[kind](monkeypatch, on_cpu=True, **kwargs)
 
-    GCUDevicePlacementHook().before_train(make_runner(ConvBN()))
+    GCUDevicePlacementHook().before_train(make_runner(accelerator))
 
     assert warnings_of(logged) == []
 
 
 def test_no_idle_warning_with_several_ranks(monkeypatch, logged):
-    install_v2(monkeypatch, cards=8, on_cpu=True)
     gather_as(monkeypatch, record(1, host="other"))
+    accelerator = fakes.gcu2(monkeypatch, cards=8, on_cpu=True)
 
-    GCUDevicePlacementHook().before_train(make_runner(ConvBN()))
+    GCUDevicePlacementHook().before_train(make_runner(accelerator))
 
     assert warnings_of(logged) == []

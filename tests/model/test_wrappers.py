@@ -1,204 +1,235 @@
-"""GCUDistributedDataParallel: device arguments, placement check and vendor re-basing.
+"""The DDP wrappers: ``ddp_config``, GCUDistributedDataParallel and GCU1DistributedDataParallel.
 
-The DDP constructors are recorders (torch DDP's ``__init__`` patched, the 1.x vendor class
-faked), so no process group is needed. The backends answer ``device()`` with the CPU, so
-real modules count as placed on the card.
+GCUDistributedDataParallel is checked with torch DDP's constructor recorded (torch_gcu 2.x,
+card 3) and for real on the CPU in a one-rank gloo world. GCU1DistributedDataParallel is
+checked over the fake vendor DDP (:class:`tests.fakes.FakeGCU1DDP`) and once around the
+simulated torch_gcu 1.x DDP in a fresh process.
 """
 
-import re
+import os
 
 import pytest
 import torch
-from mmengine.model import is_model_wrapper
+from mmengine.model import MMDistributedDataParallel, is_model_wrapper
+from mmengine.optim import OptimWrapper
+from mmengine.registry import MODEL_WRAPPERS
 
-from mmgcu import dist as mdist
 from mmgcu.device import GCUError
-from mmgcu.model import GCUDistributedDataParallel, wrappers
-from tests.model.fakes import ConvBN, VendorDDP, install_legacy, install_v2, record_torch_ddp
+from mmgcu.model import GCU1DistributedDataParallel, GCUDistributedDataParallel
+from mmgcu.model.wrappers import ddp_config
+from tests import fakes
+from tests.conftest import free_port, last_json, run_program
+from tests.fakes import ConvBN, ToyModel, toy_batch
+
+CARD = 3
+PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "gcu1_ddp_on_sim.py")
 
 
 @pytest.fixture
 def torch_ddp(monkeypatch):
-    return record_torch_ddp(monkeypatch)
+    return fakes.record_torch_ddp(monkeypatch)
 
 
 @pytest.fixture
-def v2(monkeypatch, torch_ddp):
-    """torch_gcu 2.x, this rank on card 3."""
-    return install_v2(monkeypatch, current=3, on_cpu=True)
+def gcu2(monkeypatch):
+    """torch_gcu 2.x, this rank on card 3 (whose device() is the CPU)."""
+    return fakes.gcu2(monkeypatch, current=CARD, on_cpu=True)
 
 
 @pytest.fixture
-def legacy(monkeypatch):
-    """torch_gcu 1.x, this rank on card 2, with the vendor DDP class."""
-    return install_legacy(monkeypatch, current=2, on_cpu=True)
+def gcu1(monkeypatch):
+    """torch_gcu 1.x, this rank on card 3, its ECCL world made."""
+    accelerator = fakes.gcu1(monkeypatch, current=CARD, on_cpu=True)
+    accelerator.torch_gcu.distributed.group.WORLD = object()
+    accelerator.adopt_process_groups()
+    return accelerator
 
 
 @pytest.fixture
-def eccl_group(monkeypatch):
-    group = object()
-    monkeypatch.setattr(mdist, "_device_group", group)
-    return group
+def gloo_world():
+    """A one-rank gloo world in this process."""
+    torch.distributed.init_process_group(
+        "gloo", store=torch.distributed.HashStore(), rank=0, world_size=1
+    )
+    yield
+    torch.distributed.destroy_process_group()
 
 
-# -- device_ids on torch_gcu 2.x --------------------------------------------------
+def off_the_card():
+    return torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(4)]).to("meta")
 
 
-def test_v2_wraps_with_its_card(v2, torch_ddp):
-    wrapper = GCUDistributedDataParallel(ConvBN(), broadcast_buffers=False)
-
-    assert torch_ddp == [dict(broadcast_buffers=False, device_ids=[3], output_device=3)]
-    assert type(wrapper) is GCUDistributedDataParallel  # torch DDP is the base already
-    v2.device.assert_called_with(3)
-
-
-def test_v2_accepts_the_device_ids_of_its_card(v2, torch_ddp):
-    GCUDistributedDataParallel(ConvBN(), device_ids=[3], output_device=3)
-
-    assert torch_ddp == [dict(device_ids=[3], output_device=3)]
-
-
-def test_none_device_ids_are_dropped(v2, torch_ddp):
-    GCUDistributedDataParallel(ConvBN(), device_ids=None, output_device=None)
-
-    assert torch_ddp == [dict(device_ids=[3], output_device=3)]
+# -- ddp_config ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    "key, given, needed",
-    [("device_ids", [0], r"\[3\]"), ("output_device", 0, "3")],
+    "key, value", [("device_ids", [CARD]), ("device_ids", [0]), ("output_device", 3)]
 )
-def test_v2_refuses_another_cards_device_ids(v2, torch_ddp, key, given, needed):
-    with pytest.raises(GCUError) as info:
-        GCUDistributedDataParallel(ConvBN(), **{key: given})
-
-    message = str(info.value)
-    assert f"model_wrapper_cfg.{key}={given} but this rank trains on card 3" in message
-    assert re.search(f"needs {key}={needed}", message)
+def test_config_device_arguments_are_refused_for_every_rank(gcu2, key, value):
+    """One config serves all ranks: even the value right for this rank is wrong for others."""
+    with pytest.raises(GCUError) as err:
+        ddp_config({key: value}, gcu2, CARD)
+    message = str(err.value)
+    assert message.startswith(f"model_wrapper_cfg.{key}={value}, but each rank trains on")
     assert f"Remove {key} from model_wrapper_cfg" in message
-    assert torch_ddp == []
 
 
-def test_v2_uses_the_default_group(v2, torch_ddp):
-    GCUDistributedDataParallel(ConvBN())
+def test_config_device_arguments_none_are_dropped(gcu2):
+    cfg = dict(type="MMDistributedDataParallel", device_ids=None, output_device=None, dim=0)
+    assert ddp_config(cfg, gcu2, CARD) == dict(type="MMDistributedDataParallel", dim=0)
+    assert "device_ids" in cfg  # the caller's config is not changed
 
+
+# -- GCUDistributedDataParallel --------------------------------------------------------------------
+
+
+def test_gcu2_wraps_on_its_card(gcu2, torch_ddp):
+    wrapper = GCUDistributedDataParallel(ConvBN(), gcu2, broadcast_buffers=False)
+
+    assert torch_ddp == [dict(broadcast_buffers=False, device_ids=[CARD], output_device=CARD)]
+    assert isinstance(wrapper, MMDistributedDataParallel)
+    assert is_model_wrapper(wrapper)
+    gcu2.device.assert_called_with(CARD)
+
+
+def test_the_default_group_carries_the_gradients(gcu2, torch_ddp):
+    GCUDistributedDataParallel(ConvBN(), gcu2)
     assert "process_group" not in torch_ddp[0]
 
 
-def test_detect_anomalous_params_stays_with_mmengine(v2, torch_ddp):
-    wrapper = GCUDistributedDataParallel(ConvBN(), detect_anomalous_params=True)
+def test_detect_anomalous_params_stays_with_mmengine(gcu2, torch_ddp):
+    wrapper = GCUDistributedDataParallel(ConvBN(), gcu2, detect_anomalous_params=True)
 
     assert wrapper.detect_anomalous_params is True
     assert "detect_anomalous_params" not in torch_ddp[0]
 
 
-# -- torch_gcu 1.x: no device_ids, the ECCL group, the vendor class -----------------
+@pytest.mark.parametrize("wrapper", [GCUDistributedDataParallel, GCU1DistributedDataParallel])
+def test_a_module_off_the_card_is_refused_with_names(request, torch_ddp, wrapper):
+    accelerator = request.getfixturevalue(
+        "gcu2" if wrapper is GCUDistributedDataParallel else "gcu1"
+    )
+    with pytest.raises(GCUError) as err:
+        wrapper(off_the_card(), accelerator)
 
-
-def test_legacy_gets_no_device_ids_and_the_eccl_group(legacy, eccl_group):
-    wrapper = GCUDistributedDataParallel(ConvBN(), device_ids=None, broadcast_buffers=False)
-
-    assert wrapper.ddp_kwargs == dict(broadcast_buffers=False, process_group=eccl_group)
-
-
-def test_legacy_without_a_device_group_uses_the_default_one(legacy):
-    wrapper = GCUDistributedDataParallel(ConvBN())
-
-    assert wrapper.ddp_kwargs == {}
-
-
-def test_legacy_keeps_a_process_group_the_config_gives(legacy, eccl_group):
-    mine = object()
-
-    wrapper = GCUDistributedDataParallel(ConvBN(), process_group=mine)
-
-    assert wrapper.ddp_kwargs["process_group"] is mine
-
-
-def test_legacy_refuses_device_ids(legacy):
-    with pytest.raises(GCUError, match=r"device_ids=\[2\] but this rank trains on card 2"):
-        GCUDistributedDataParallel(ConvBN(), device_ids=[2])
-
-
-def test_legacy_wrapper_is_rebased_on_the_vendor_class(legacy):
-    module = ConvBN()
-
-    wrapper = GCUDistributedDataParallel(module)
-
-    mro = type(wrapper).__mro__
-    assert GCUDistributedDataParallel in mro and VendorDDP in mro
-    assert mro.index(GCUDistributedDataParallel) < mro.index(VendorDDP)
-    assert type(wrapper).__name__ == "GCUDistributedDataParallel"
-    assert wrapper.module is module
-    assert is_model_wrapper(wrapper)
-
-
-def test_rebased_class_is_made_once(legacy):
-    first = GCUDistributedDataParallel(ConvBN())
-    second = GCUDistributedDataParallel(ConvBN())
-
-    assert type(first) is type(second)
-    assert wrappers._rebased == {(GCUDistributedDataParallel, VendorDDP): type(first)}
-
-
-def test_subclass_after_base_is_rebased_itself(legacy):
-    class UserGCUDDP(GCUDistributedDataParallel):
-        pass
-
-    GCUDistributedDataParallel(ConvBN())
-    wrapper = UserGCUDDP(ConvBN())
-
-    assert isinstance(wrapper, UserGCUDDP)
-    assert hasattr(wrapper, "ddp_kwargs")  # __init__ ran
-
-
-def test_base_after_subclass_is_not_the_subclass(legacy):
-    class UserGCUDDP(GCUDistributedDataParallel):
-        pass
-
-    UserGCUDDP(ConvBN())
-    wrapper = GCUDistributedDataParallel(ConvBN())
-
-    assert not isinstance(wrapper, UserGCUDDP)
-
-
-# -- a module that is not on the card -----------------------------------------------
-
-
-def test_module_off_the_card_is_refused_with_names(v2, torch_ddp):
-    module = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(4)]).to("meta")
-
-    with pytest.raises(GCUError) as info:
-        GCUDistributedDataParallel(module)
-
-    message = str(info.value)
-    assert "8 parameter(s)/buffer(s) are not on this rank's card cpu" in message
-    shown = "0.weight on meta, 0.bias on meta, 1.weight on meta, 1.bias on meta, 2.weight on meta"
-    assert f"{shown} ..." in message
-    assert "2.bias" not in message
-    assert "model.to('cpu')" in message
+    message = str(err.value)
+    assert message.startswith("rank 0: 8 parameter(s)/buffer(s) are not on its card cpu: ")
+    assert "0.weight on meta, 0.bias on meta" in message and "2.bias" not in message
     assert torch_ddp == []
 
 
-def test_misplaced_buffer_is_named_without_ellipsis(v2, torch_ddp):
-    module = ConvBN()
-    module.bn.running_mean = module.bn.running_mean.to("meta")
+def test_trains_on_the_cpu_in_a_gloo_world(gloo_world):
+    model = ToyModel()
+    wrapper = GCUDistributedDataParallel(model, fakes.cpu(), broadcast_buffers=False)
+    optim_wrapper = OptimWrapper(torch.optim.SGD(wrapper.parameters(), lr=0.1))
+    before = model.linear.weight.detach().clone()
 
-    with pytest.raises(GCUError) as info:
-        GCUDistributedDataParallel(module)
+    log_vars = wrapper.train_step(toy_batch(), optim_wrapper)
 
-    message = str(info.value)
-    assert "1 parameter(s)/buffer(s)" in message
-    assert "bn.running_mean on meta." in message
-    assert " ..." not in message
+    assert set(log_vars) == {"loss"}
+    assert not torch.equal(before, model.linear.weight)
+    assert wrapper.device_ids is None  # the CPU takes no device arguments
+    assert len(wrapper.val_step(toy_batch())) == 1
 
 
-def test_misplaced_lists_parameters_and_buffers():
-    module = ConvBN().to("meta")
+def test_the_wrappers_are_registered():
+    assert MODEL_WRAPPERS.get("GCUDistributedDataParallel") is GCUDistributedDataParallel
+    assert MODEL_WRAPPERS.get("GCU1DistributedDataParallel") is GCU1DistributedDataParallel
 
-    wrong = wrappers.misplaced(module, torch.device("cpu"))
 
-    names = [name for name, _ in wrong]
-    assert names[:4] == ["conv.weight", "conv.bias", "bn.weight", "bn.bias"]
-    assert {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"} <= set(names)
-    assert wrappers.misplaced(module, torch.device("meta")) == []
+# -- GCU1DistributedDataParallel -------------------------------------------------------------------
+
+
+def test_gcu1_holds_the_vendor_ddp_on_its_card_and_eccl_group(gcu1):
+    model = ToyModel()
+
+    wrapper = GCU1DistributedDataParallel(model, gcu1, broadcast_buffers=False, bucket_cap_mb=10)
+
+    assert isinstance(wrapper.ddp, fakes.FakeGCU1DDP)
+    assert wrapper.ddp.kwargs == dict(
+        broadcast_buffers=False,
+        bucket_cap_mb=10,
+        device_ids=[CARD],  # device_ids=None would replicate the model onto every card
+        process_group=gcu1.card_group.group,
+    )
+    assert wrapper.module is model and wrapper.ddp.module is model
+    assert is_model_wrapper(wrapper)
+    assert not isinstance(wrapper, torch.nn.parallel.DistributedDataParallel)
+    assert wrapper.detect_anomalous_params is False
+
+
+def test_gcu1_forward_goes_through_the_vendor_ddp(gcu1):
+    wrapper = GCU1DistributedDataParallel(ToyModel(), gcu1)
+    calls = []
+    wrapper.ddp.register_forward_hook(lambda module, args, output: calls.append(output))
+
+    out = wrapper(**toy_batch(), mode="loss")
+
+    assert calls == [out] and set(out) == {"loss"}
+
+
+def test_gcu1_steps_are_mmengines(gcu1):
+    model = ToyModel()
+    wrapper = GCU1DistributedDataParallel(model, gcu1, detect_anomalous_params=True)
+    optim_wrapper = OptimWrapper(torch.optim.SGD(wrapper.parameters(), lr=0.1))
+    before = model.linear.weight.detach().clone()
+
+    log_vars = wrapper.train_step(toy_batch(), optim_wrapper)
+
+    assert set(log_vars) == {"loss"}
+    assert not torch.equal(before, model.linear.weight)
+    assert wrapper.train_step.__func__ is MMDistributedDataParallel.train_step
+    assert [t.shape for t in wrapper.val_step(toy_batch())] == [torch.Size([4, 1])]
+    assert [t.shape for t in wrapper.test_step(toy_batch())] == [torch.Size([4, 1])]
+
+
+def test_gcu1_accumulation_skips_the_vendor_gradient_sync(gcu1):
+    wrapper = GCU1DistributedDataParallel(ToyModel(), gcu1)
+    synced = []
+    wrapper.module.register_forward_hook(lambda *_: synced.append(wrapper.ddp.grad_sync))
+    optim_wrapper = OptimWrapper(
+        torch.optim.SGD(wrapper.parameters(), lr=0.1), accumulative_counts=2
+    )
+
+    for _ in range(4):
+        wrapper.train_step(toy_batch(), optim_wrapper)
+
+    assert synced == [False, True, False, True]
+
+
+def test_gcu1_no_sync_is_the_vendors(gcu1):
+    wrapper = GCU1DistributedDataParallel(ToyModel(), gcu1)
+    with wrapper.no_sync():
+        assert wrapper.ddp.grad_sync is False
+    assert wrapper.ddp.grad_sync is True
+
+
+def test_gcu1_around_the_simulated_vendor_ddp():
+    out = last_json(
+        run_program(
+            PROGRAM,
+            MMGCU_SIMULATE=2,
+            MMGCU_SIMULATE_API="gcu1",
+            RANK=0,
+            WORLD_SIZE=1,
+            LOCAL_RANK=1,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=free_port(),
+        ).stdout
+    )
+    assert out["on_cpu"].startswith("rank 0: 2 parameter(s)/buffer(s) are not on its card xla:1")
+    assert out["wrapper"] == {
+        "is_model_wrapper": True,
+        "module_is_model": True,
+        "vendor": "mmgcu.sim.torch_gcu1.nn.parallel.distributed.DistributedDataParallel",
+        "device_ids": [1],
+        "eccl_group": True,
+        "broadcast_buffers": False,
+    }
+    train = out["train"]
+    assert train["graph_runs"] == 2  # one lazy step per two accumulated iterations
+    assert train["synced"] == [False, True, False, True]  # no gradient sync mid-accumulation
+    assert train["moved"] is True
+    assert train["losses"][0] == train["losses"][1] > train["losses"][2]
+    assert out["val"] == out["test"] == ["xla:1"]
+    assert out["forward"] == "xla:1"

@@ -1,50 +1,42 @@
-"""Run snippets against the simulated torch_gcu, one fresh interpreter each.
+"""Run the programs of ``tests/sim/programs`` against the simulated torch_gcu.
 
 The simulator installs once per process (torch renames PrivateUse1 only once), so every
-snippet that installs it runs in its own interpreter. The snippets load ``mmgcu.sim`` without
-running ``mmgcu/__init__.py``: that file imports mmengine and, with ``MMGCU_SIMULATE`` set,
-installs the simulator by itself; these tests prove the simulator alone, whatever else is
-installed (``test_install.py`` covers the ``import mmgcu`` route).
+program that installs it runs in its own interpreter. The programs load ``mmgcu.sim``
+without running ``mmgcu/__init__.py`` (``programs/sim_alone.py``), to prove the simulator
+alone; ``test_install.py`` covers the ``import mmgcu`` route.
 """
 
 import os
 import subprocess
 import sys
-import textwrap
 
-from tests.conftest import REPO, clean_env, free_port, last_json, run_python
+from tests.conftest import REPO, clean_env, free_port, last_json, run_program
 
-DEVICE_TYPE = {"gcu2": "gcu", "gcu1": "xla", "v2": "gcu", "legacy": "xla"}
-
-PRELUDE = f"""\
-import sys as _sys
-import types as _types
-
-_pkg = _types.ModuleType("mmgcu")
-_pkg.__path__ = [{os.path.join(REPO, "mmgcu")!r}]
-_sys.modules["mmgcu"] = _pkg
-"""
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+#: The torch_gcu generations the simulator models, and their cards' device type.
+APIS = ("gcu2", "gcu1")
+DEVICE_TYPE = {"gcu2": "gcu", "gcu1": "xla"}
 
 
-def sim_code(code):
-    """``code`` (dedented) after the prelude that makes ``mmgcu.sim`` importable alone."""
-    return PRELUDE + textwrap.dedent(code)
+def program(name):
+    """The path of ``programs/<name>.py``."""
+    return os.path.join(PROGRAMS, f"{name}.py")
 
 
-def run_sim(code, api="v2", cards=8, timeout=300, check=True, **env):
-    """Run ``code`` with ``MMGCU_SIMULATE=cards`` and ``MMGCU_SIMULATE_API=api`` set."""
+def run_sim(name, *args, api="gcu2", cards=8, timeout=300, check=True, **env):
+    """Run program ``name`` with ``MMGCU_SIMULATE=cards`` and ``MMGCU_SIMULATE_API=api``."""
     env.setdefault("MMGCU_SIMULATE", cards)
     env.setdefault("MMGCU_SIMULATE_API", api)
-    return run_python(sim_code(code), timeout=timeout, check=check, **env)
+    return run_program(program(name), *args, timeout=timeout, check=check, **env)
 
 
-def sim_json(code, api="v2", cards=8, **env):
-    """Run ``code`` on the simulator and return the last JSON line it printed."""
-    return last_json(run_sim(code, api=api, cards=cards, **env).stdout)
+def sim_json(name, *args, api="gcu2", cards=8, **env):
+    """Run program ``name`` on the simulator and return the last JSON line it printed."""
+    return last_json(run_sim(name, *args, api=api, cards=cards, **env).stdout)
 
 
-def run_ranks(code, world_size=2, timeout=240, **env):
-    """Run ``code`` (a snippet, or the path of a program) as ``world_size`` ranks at once
+def run_ranks(name, world_size=2, timeout=240, **env):
+    """Run program ``name`` (in ``programs/``, or a path) as ``world_size`` ranks at once
     (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_* set).
 
     Returns each rank's last JSON line, in rank order; fails with every rank's output if
@@ -63,9 +55,7 @@ def run_ranks(code, world_size=2, timeout=240, **env):
         )
         procs.append(
             subprocess.Popen(
-                [sys.executable, code]
-                if os.path.isfile(code)
-                else [sys.executable, "-c", sim_code(code)],
+                [sys.executable, name if os.path.isfile(name) else program(name)],
                 env=rank_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -5,23 +5,14 @@ import os
 
 from tests.sim.helpers import run_ranks
 
-LOAD = """
-import json
-
-from mmgcu.sim.build import load_extension
-
-ext = load_extension()
-before = ext.card_count()
-ext.install(4)
-print(json.dumps({"file": ext.__file__, "before": before, "after": ext.card_count()}))
-"""
-
 
 def test_concurrent_first_build(tmp_path):
     # A fresh TORCH_EXTENSIONS_DIR forces a real compile (a minute or more on two cores).
     ext_dir = tmp_path / "torch_extensions"
     # Four processes at once, as the ranks of a first launch would start.
-    results = run_ranks(LOAD, world_size=4, timeout=600, TORCH_EXTENSIONS_DIR=str(ext_dir))
+    results = run_ranks(
+        "load_extension", world_size=4, timeout=600, TORCH_EXTENSIONS_DIR=str(ext_dir)
+    )
     files = {r["file"] for r in results}
     assert len(files) == 1, files  # one build, loaded by all four
     (so,) = files

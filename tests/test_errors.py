@@ -1,0 +1,136 @@
+"""mmgcu.errors: the narrow sys.excepthook and the two failures it words.
+
+The hook is installed over a recording previous hook and called as Python calls it, with
+the exception's type, value and traceback; one test checks ``import mmgcu`` installs it.
+"""
+
+import sys
+import types
+from unittest import mock
+
+import pytest
+
+from mmgcu import errors
+from mmgcu.device import GCUError
+from tests.conftest import run_python
+
+
+@pytest.fixture
+def previous(monkeypatch):
+    """The hook that was there before mmgcu's (a recorder); mmgcu's is installed over it."""
+    recorder = mock.Mock(spec=[])  # a bare callable: no attribute marks it as mmgcu's
+    monkeypatch.setattr(sys, "excepthook", recorder)
+    monkeypatch.delenv("MMGCU_TRACEBACK", raising=False)
+    errors.install()
+    return recorder
+
+
+@pytest.fixture
+def gcu_host(monkeypatch):
+    """torch_gcu is importable here."""
+    monkeypatch.setitem(sys.modules, "torch_gcu", types.ModuleType("torch_gcu"))
+
+
+@pytest.fixture
+def cuda_host(monkeypatch):
+    """No torch_gcu (this machine has none; none is imported)."""
+    monkeypatch.delitem(sys.modules, "torch_gcu", raising=False)
+
+
+def raised(fn):
+    """(type, value, traceback) of what ``fn`` raises."""
+    try:
+        fn()
+    except BaseException:
+        return sys.exc_info()
+    raise AssertionError("nothing raised")
+
+
+def _init_dist_pytorch():  # named as mmengine's, where a stock Runner fails on a GCU host
+    raise RuntimeError("Found no NVIDIA driver on your system.")
+
+
+def elsewhere():
+    raise RuntimeError("Found no NVIDIA driver on your system.")
+
+
+def test_a_gcu_error_is_printed_alone(previous, capsys):
+    def fail():
+        raise GCUError("no card is visible to local rank 0: ...")
+
+    sys.excepthook(*raised(fail))
+
+    assert capsys.readouterr().err == "\nmmgcu: no card is visible to local rank 0: ...\n"
+    previous.assert_not_called()
+
+
+def test_a_subclass_of_gcu_error_too(previous, capsys):
+    class Mine(GCUError):
+        pass
+
+    sys.excepthook(*raised(lambda: (_ for _ in ()).throw(Mine("x"))))
+
+    assert capsys.readouterr().err == "\nmmgcu: x\n"
+
+
+def test_other_errors_reach_the_previous_hook_untouched(previous, capsys):
+    info = raised(lambda: {}["missing"])
+
+    sys.excepthook(*info)
+
+    previous.assert_called_once_with(*info)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_stock_runner_on_a_gcu_host_is_told_about_runner_type(previous, gcu_host, capsys):
+    sys.excepthook(*raised(_init_dist_pytorch))
+
+    err = capsys.readouterr().err
+    assert err == (
+        "\nRuntimeError: Found no NVIDIA driver on your system.\n"
+        f"mmgcu: {errors.RUNNER_TYPE_MISSING}\n"
+    )
+    assert "runner_type = 'GCURunner'" in errors.RUNNER_TYPE_MISSING
+    previous.assert_not_called()
+
+
+def test_the_same_error_on_a_host_without_torch_gcu_is_cudas_own(previous, cuda_host, capsys):
+    info = raised(_init_dist_pytorch)
+    sys.excepthook(*info)
+    previous.assert_called_once_with(*info)
+
+
+def test_a_cuda_error_outside_init_dist_is_left_alone(previous, gcu_host):
+    info = raised(elsewhere)
+    sys.excepthook(*info)
+    previous.assert_called_once_with(*info)
+
+
+def test_another_error_in_init_dist_is_left_alone(previous, gcu_host):
+    def _init_dist_slurm():
+        raise KeyError("SLURM_PROCID")
+
+    info = raised(_init_dist_slurm)
+    sys.excepthook(*info)
+    previous.assert_called_once_with(*info)
+
+
+@pytest.mark.parametrize("fail", [lambda: (_ for _ in ()).throw(GCUError("x")), _init_dist_pytorch])
+def test_mmgcu_traceback_keeps_the_full_traceback(previous, gcu_host, monkeypatch, fail):
+    monkeypatch.setenv("MMGCU_TRACEBACK", "1")
+    info = raised(fail)
+    sys.excepthook(*info)
+    previous.assert_called_once_with(*info)
+
+
+def test_installing_twice_wraps_once(previous):
+    hook = sys.excepthook
+    errors.install()
+    assert sys.excepthook is hook
+
+
+def test_import_mmgcu_installs_it():
+    proc = run_python("import mmgcu; raise mmgcu.GCUError('demo failure')", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.endswith("\nmmgcu: demo failure\n")
+    assert "Traceback" not in proc.stderr
