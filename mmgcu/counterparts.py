@@ -99,22 +99,26 @@ class Counterparts:
         if gcu is not None:
             self._warn(
                 cls,
-                f"a {cls.__name__} object was given, so mmgcu cannot build {gcu.__name__} "
-                f"instead ({_WHY[gcu]}). Give it as a config dict (type='{cls.__name__}').",
+                f"an already built {cls.__name__} was given, so mmgcu cannot build "
+                f"{gcu.__name__} instead ({_WHY[gcu]}). Give it as a config dict "
+                f"(type='{cls.__name__}').",
             )
 
     def _check_subclass(self, cls: type) -> None:
-        if not self.accelerator.is_gcu:
+        """Warn about a user's class that derives from a replaced stock class (the nearest
+        one in its MRO) and not from any GCU class."""
+        if not self.accelerator.is_gcu or issubclass(cls, tuple(_STOCK_OF)):
             return
-        for stock, candidates in _REPLACEMENTS.items():
-            gcu = self._choose(candidates)
-            if gcu is not None and issubclass(cls, stock) and not issubclass(cls, gcu):
+        for stock in cls.__mro__[1:]:
+            gcu = self._choose(_REPLACEMENTS[stock]) if stock in _REPLACEMENTS else None
+            if gcu is not None:
                 self._warn(
                     cls,
                     f"{cls.__name__} subclasses {stock.__name__}, which assumes CUDA "
                     f"({gcu.__name__} exists because {_WHY[gcu]}). mmgcu keeps it as it is; "
                     f"derive it from {gcu.__name__} to run it on GCU cards.",
                 )
+                return
 
     def _say(self, cls: type, gcu: type) -> None:
         if (cls, gcu) not in self._said:

@@ -129,7 +129,9 @@ class GCURunner(Runner):
         cfg = self.counterparts.resolve(cfg, MODEL_WRAPPERS, default="MMDistributedDataParallel")
         return MODEL_WRAPPERS.build(cfg, default_args=self._wrapper_args(cfg["type"], model))
 
-    def _wrapper_args(self, wrapper: type, model: torch.nn.Module) -> dict:
+    def _wrapper_args(self, wrapper, model: torch.nn.Module) -> dict:
+        if not isinstance(wrapper, type):  # an unknown name: mmengine's registry says so
+            return dict(module=model)
         if issubclass(wrapper, _GCU_DDP):
             return dict(module=model, accelerator=self.accelerator)
         if issubclass(wrapper, torch.nn.parallel.DistributedDataParallel):
@@ -173,7 +175,7 @@ class GCURunner(Runner):
         return hub
 
     def build_optim_wrapper(self, optim_wrapper):
-        if isinstance(optim_wrapper, dict) and "optimizer" in optim_wrapper:
+        if not isinstance(optim_wrapper, dict) or "optimizer" in optim_wrapper:
             optim_wrapper = self.counterparts.resolve(optim_wrapper, OPTIM_WRAPPERS, "OptimWrapper")
         built = super().build_optim_wrapper(optim_wrapper)
         wrappers = built.values() if isinstance(built, OptimWrapperDict) else [built]

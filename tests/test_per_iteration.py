@@ -7,8 +7,9 @@ to a budget of calls per iteration, so renaming or moving a function inside a fi
 nothing here, while new per-iteration work in any file does:
 
 - from iteration 2 on, training iterations call only the optimizer wrapper's step path
-  (``mmgcu/optim/wrappers.py``) and the accelerator's step (``device/base.py`` on 2.x,
-  ``device/gcu1.py`` on 1.x), within their budgets, the same in every iteration;
+  (``mmgcu/optim/wrappers.py``), the accelerator's step (``device/base.py`` on 2.x,
+  ``device/gcu1.py`` on 1.x) and the queue of step scalars (``message_hub.py``,
+  ``hooks/runtime_info.py``), within their budgets, the same in every iteration;
 - validation iterations call only the loop's autocast path (``mmgcu/loops.py``);
 - iteration 1 calls more: the one-time first-batch check (``mmgcu/model/placement.py``);
 - the placement hook (``mmgcu/hooks/placement.py``) runs before the loop, never in it.
@@ -35,10 +36,13 @@ ITERS = 5
 VAL_ITERS = 3
 VENDOR = "mmgcu/sim/"
 
+#: Host-side bookkeeping of the card's step scalars (each logged value is queued, not read):
+#: the message hub's queue and GCURuntimeInfoHook's check for a new key.
+SCALARS = {"mmgcu/message_hub.py": 29, "mmgcu/hooks/runtime_info.py": 1}
 #: Calls per training iteration (from the 2nd on) each file may make, by accelerator kind.
 TRAIN_BUDGET = {
-    "gcu2": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/base.py": 1},
-    "gcu1": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/gcu1.py": 2},
+    "gcu2": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/base.py": 1, **SCALARS},
+    "gcu1": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/gcu1.py": 2, **SCALARS},
 }
 #: Calls per validation iteration each file may make.
 VAL_BUDGET = {"mmgcu/loops.py": 2}

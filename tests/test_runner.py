@@ -41,6 +41,7 @@ from mmgcu import (
 from mmgcu.counterparts import Counterparts
 from mmgcu.device import GCUError
 from mmgcu.device.fallback import CPUAccelerator
+from mmgcu.model import GCUSyncBatchNorm
 from mmgcu.runner import GCURunner
 from tests import fakes
 from tests.conftest import LAUNCHER_VARS
@@ -139,6 +140,7 @@ def placed_runner(accelerator, distributed=True, card=CARD, **cfg):
     runner.accelerator = accelerator
     runner.card = card
     runner.counterparts = Counterparts(accelerator)
+    runner.message_hub = None  # built by Runner.__init__, which these tests skip
     return runner
 
 
@@ -445,6 +447,11 @@ def gcu1(monkeypatch):
 
 
 @pytest.fixture
+def cuda(monkeypatch):
+    return fakes.cuda(monkeypatch, current=CARD, on_cpu=True)
+
+
+@pytest.fixture
 def user_ddp():
     """A user's MMDistributedDataParallel subclass, registered under a test-only name."""
 
@@ -629,56 +636,60 @@ def test_a_wrapper_that_is_not_ddp_gets_the_module_only(gcu2):
     assert type(wrapper) is Plain and wrapper.kwargs == dict(option=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="bug: GCURunner.wrap_model (mmgcu/runner.py:129, 132) hands an unknown "
-    "model_wrapper_cfg.type, which Counterparts.resolve leaves a string, to issubclass: "
-    "TypeError 'issubclass() arg 1 must be a class' instead of mmengine's registry KeyError",
-)
 def test_an_unknown_wrapper_type_is_mmengines_error(gcu2, torch_ddp):
     with pytest.raises(KeyError, match="NoSuchWrapper"):
         placed_runner(gcu2).wrap_model(dict(type="NoSuchWrapper"), ConvBN())
 
 
-def test_sync_bn_is_converted_where_supported(gcu2, torch_ddp, logged):
-    wrapper = placed_runner(gcu2, sync_bn="torch").wrap_model(None, ConvBN())
+class Group:
+    """A card group of 8 ranks, as the accelerator would hold after init_process_groups."""
 
-    assert norm_types(wrapper.module) == [torch.nn.SyncBatchNorm]
-    assert warnings_of(logged) == []
+    world_size = 8
+    name = "the card group"
+    group = None
 
-
-def test_model_sync_bn_is_kept_where_supported(gcu2, torch_ddp, logged):
-    wrapper = placed_runner(gcu2).wrap_model(None, ConvBN(sync=True))
-
-    assert norm_types(wrapper.module) == [torch.nn.SyncBatchNorm]
-    assert warnings_of(logged) == []
+    def all_reduce(self, tensor):
+        raise AssertionError("no collective in wrap_model")
 
 
-def test_plain_bn_is_left_alone_without_sync_bn(gcu2, torch_ddp):
-    wrapper = placed_runner(gcu2).wrap_model(None, ConvBN())
+def grouped(accelerator):
+    accelerator.card_group = Group()
+    return accelerator
 
-    assert norm_types(wrapper.module) == [torch.nn.BatchNorm2d]
+
+def infos_of(logged):
+    return [c.args[0] for c in logged.call_args_list if "level" not in c.kwargs]
 
 
-@pytest.mark.parametrize("kind", ["gcu1", "cpu"])
+@pytest.mark.parametrize("kind", ["gcu2", "gcu1", "cpu"])
 @pytest.mark.parametrize("sync_cfg, sync_model", [("torch", False), (None, True)])
-def test_sync_bn_is_reverted_with_a_warning_where_unsupported(
-    kind, sync_cfg, sync_model, request, torch_ddp, logged
+def test_sync_bn_becomes_gcu_sync_bn_over_the_card_group(
+    kind, sync_cfg, sync_model, request, torch_ddp, logged, monkeypatch
 ):
-    accelerator = request.getfixturevalue("gcu1") if kind == "gcu1" else fakes.cpu()
+    """Without it, SyncBN fails at the first forward (no GCU has torch's kernels) or, reverted
+    to BN, each rank normalises over its own two images."""
+    accelerator = grouped(request.getfixturevalue(kind) if kind != "cpu" else fakes.cpu())
     cfg = {} if sync_cfg is None else dict(sync_bn=sync_cfg)
 
     wrapper = placed_runner(accelerator, **cfg).wrap_model(None, ConvBN(sync=sync_model))
 
-    assert reverted(wrapper.module)
-    (warning,) = warnings_of(logged)
-    assert warning.startswith(f"SyncBatchNorm is reverted to BatchNorm on {kind}: ")
-    assert "no SyncBatchNorm kernel" in warning
+    (norm,) = [m for m in wrapper.module.modules() if isinstance(m, GCUSyncBatchNorm)]
+    assert norm.card_group is accelerator.card_group
+    assert warnings_of(logged) == []
+    assert any("1 layer(s) synchronised across 8 cards" in m for m in infos_of(logged))
 
 
-def test_no_warning_without_sync_bn_where_unsupported(gcu1, logged):
-    wrapper = placed_runner(gcu1).wrap_model(None, ConvBN())
+def test_sync_bn_stays_torchs_on_cuda(cuda, torch_ddp, logged):
+    wrapper = placed_runner(cuda, sync_bn="torch").wrap_model(None, ConvBN())
+
+    assert norm_types(wrapper.module) == [torch.nn.SyncBatchNorm]
+    assert warnings_of(logged) == []
+
+
+@pytest.mark.parametrize("kind", ["gcu2", "gcu1"])
+def test_plain_bn_is_left_alone_without_sync_bn(kind, request, torch_ddp, logged):
+    accelerator = grouped(request.getfixturevalue(kind))
+    wrapper = placed_runner(accelerator).wrap_model(None, ConvBN())
 
     assert norm_types(wrapper.module) == [torch.nn.BatchNorm2d]
     assert warnings_of(logged) == []
@@ -726,13 +737,6 @@ def test_built_gcu_optim_wrappers_are_bound_too(monkeypatch):
     assert runner.build_optim_wrapper(first) is first
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: GCURunner.build_optim_wrapper (mmgcu/runner.py:161-162) resolves only config "
-    "dicts, so a built stock OptimWrapper on a GCU is kept without the warning Counterparts "
-    "gives every other built stock object (on torch_gcu 1.x it then never runs the lazy step)",
-)
 def test_a_built_stock_optim_wrapper_on_a_gcu_is_warned(monkeypatch):
     warned = mock.Mock()
     monkeypatch.setattr(counterparts, "print_log", warned)
@@ -742,7 +746,7 @@ def test_a_built_stock_optim_wrapper_on_a_gcu_is_warned(monkeypatch):
     runner.build_optim_wrapper(OptimWrapper(torch.optim.SGD(runner.model.parameters(), lr=0.1)))
 
     said = [call.args[0] for call in warned.call_args_list]
-    assert len(said) == 1 and "a OptimWrapper object was given" in said[0]
+    assert len(said) == 1 and "an already built OptimWrapper was given" in said[0]
 
 
 @pytest.mark.parametrize(

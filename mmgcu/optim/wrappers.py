@@ -19,7 +19,8 @@ from ..device import Accelerator, GCUError
 
 class CardStep:
     """What both GCU optimizer wrappers share: the accelerator and model a step runs on,
-    and the last loss, which a lazy device's graph takes as an output."""
+    and the last loss given to ``update_params``, which a lazy device's graph takes as an
+    output."""
 
     accelerator: Optional[Accelerator] = None
     model: Optional[torch.nn.Module] = None
@@ -41,9 +42,11 @@ class CardStep:
             )
         return self.accelerator
 
-    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+    def update_params(self, loss: torch.Tensor, step_kwargs=None, zero_kwargs=None) -> None:
+        # The loss as the model gave it (mmengine divides it by the accumulation count, a
+        # new tensor): the one whose value the log will read, so the graph outputs it.
         self._loss = loss.detach()
-        super().backward(loss, **kwargs)
+        super().update_params(loss, step_kwargs, zero_kwargs)
 
     def _clip_grad(self) -> None:
         """``OptimWrapper._clip_grad`` of mmengine 0.10.7, logging the norm as the tensor it

@@ -5,7 +5,6 @@ A card tensor is stood for by :class:`CardTensor`, whose ``cpu()`` answers a pla
 
 import collections
 
-import pytest
 import torch
 from mmengine.registry import HOOKS
 
@@ -69,12 +68,6 @@ def test_to_cpu_keeps_a_namedtuple_without_tensors():
     assert to_cpu(point) == point
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: to_cpu (mmgcu/hooks/checkpoint.py:21) returns a namedtuple unchanged, so a "
-    "card tensor inside one stays on the card in the checkpoint",
-)
 def test_to_cpu_moves_tensors_in_a_namedtuple():
     moved = to_cpu({"stats": Point(on_card(1.0), 2)})
     assert type(moved["stats"]) is Point and on_the_cpu(moved)

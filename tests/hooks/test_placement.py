@@ -200,8 +200,8 @@ def test_summary_of_a_gcu2_rank(monkeypatch):
     first, *ranks = logged_summary(runner).splitlines()
     assert first == (
         "mmgcu: gcu2 (torch_gcu 2.5.0 (2.x, PrivateUse1 'gcu')); card tensors over none (one "
-        "process); optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16); memory column: peak "
-        "allocated since the last log line (max_memory_allocated)"
+        "process); no SyncBN layer; optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16); "
+        "memory column: peak allocated since the last log line (max_memory_allocated)"
     )
     (rank,) = ranks
     assert rank.startswith("    rank 0 on ")

@@ -113,14 +113,6 @@ def test_the_step_is_the_accelerators_once_per_accumulated_step(monkeypatch, gcu
     assert vendor["model"] is model and vendor["extra_output"] == [step.call_args.args[2]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: CardStep.backward (mmgcu/optim/wrappers.py:41-43) keeps the loss "
-    "OptimWrapper.update_params has already divided by the accumulation count (scale_loss), "
-    "a new tensor, so the lazy graph's extra output is not the loss update_params got (the "
-    "one mmengine logs and reads on the host)",
-)
 @pytest.mark.parametrize("accumulative_counts", [1, 2])
 def test_the_step_gets_the_loss_update_params_got(monkeypatch, gcu1, model, accumulative_counts):
     step = spy_step(monkeypatch, gcu1)

@@ -1,7 +1,8 @@
 """The simulator's memory counters on card 3 (and 5) through allocations, views and frees.
 
-Run with MMGCU_SIMULATE=8 and MMGCU_SIMULATE_API; the counters are read through the
-functions both generations build on (``mmgcu.sim.memory``; ``torch.gcu`` on 2.x).
+Run with MMGCU_SIMULATE=8 and MMGCU_SIMULATE_API; the counters are read through
+``torch.gcu`` on 2.x, and from the native part itself on 1.x (whose own surface has only
+``get_hbm_alloc_size``, the bytes allocated now).
 """
 
 import json
@@ -18,7 +19,25 @@ if mmgcu.sim.state.api == "gcu2":
     mem = torch.gcu
     kind = "gcu"
 else:
-    from mmgcu.sim import memory as mem
+
+    class mem:
+        """The native part's counters, by card index or xla device."""
+
+        @staticmethod
+        def _index(device):
+            return device if isinstance(device, int) else device.index
+
+        @staticmethod
+        def memory_allocated(device):
+            return mmgcu.sim.state.ext.memory_allocated(mem._index(device))
+
+        @staticmethod
+        def max_memory_allocated(device):
+            return mmgcu.sim.state.ext.max_memory_allocated(mem._index(device))
+
+        @staticmethod
+        def reset_peak_memory_stats(device):
+            mmgcu.sim.state.ext.reset_peak(mem._index(device))
 
     kind = "xla"
 card = torch.device(kind, 3)
