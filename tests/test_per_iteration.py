@@ -10,7 +10,8 @@ nothing here, while new per-iteration work in any file does:
   (``mmgcu/optim/wrappers.py``), the accelerator's step (``device/base.py`` on 2.x,
   ``device/gcu1.py`` on 1.x) and the queue of step scalars (``message_hub.py``,
   ``hooks/runtime_info.py``), within their budgets, the same in every iteration;
-- validation iterations call only the loop's autocast path (``mmgcu/loops.py``);
+- validation iterations call only the loop's autocast path (``mmgcu/loops.py``) and the
+  message hub, which passes the iteration's host values through;
 - iteration 1 calls more: the one-time first-batch check (``mmgcu/model/placement.py``);
 - the placement hook (``mmgcu/hooks/placement.py``) runs before the loop, never in it.
 
@@ -44,8 +45,9 @@ TRAIN_BUDGET = {
     "gcu2": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/base.py": 1, **SCALARS},
     "gcu1": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/gcu1.py": 2, **SCALARS},
 }
-#: Calls per validation iteration each file may make.
-VAL_BUDGET = {"mmgcu/loops.py": 2}
+#: Calls per validation iteration each file may make (the loop's autocast; the hub passes
+#: the iteration's host values through).
+VAL_BUDGET = {"mmgcu/loops.py": 2, "mmgcu/message_hub.py": 9}
 #: Lazy graphs the simulated vendor runs per training iteration.
 GRAPH_RUNS = {"gcu2": 0, "gcu1": 1}
 FIRST_BATCH_CHECK = "mmgcu/model/placement.py"
