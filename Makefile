@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.mmgcu-installed
 
-.PHONY: install install-t20 test demo bench lint clean-venv
+.PHONY: install install-t20 test test-t20 demo demo-t20 bench lint clean-venv
 
 install: $(STAMP)
 
@@ -25,8 +25,17 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 	MMGCU_SIMULATE=1 $(PY) -m mmgcu.sim.build
 	touch $(STAMP)
 
-test: install lint
+# Both legs: the main environment (torch 2.x: everything), then the T20 stack's own
+# (Python 3.8, torch 1.10, simulated torch_gcu 1.x): the unit and simulator tests and the
+# end-to-end tests marked t20. Tests that need torch 2.x skip there, each with its reason.
+T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/configs -m "t20 or not e2e"
+test: install install-t20 lint
 	$(PY) -m pytest
+	$(T20_PY) -m pytest $(T20_TESTS)
+
+# Only the T20 stack's leg.
+test-t20: install-t20
+	$(T20_PY) -m pytest $(T20_TESTS)
 
 # The main job on 8 simulated GCUs: stock mmseg tools/train.py through tools/dist_train.sh.
 DEMO_CONFIG := configs/tiny/fcn_r18-tiny_8xgcu_synthetic-64x64.py
@@ -71,6 +80,7 @@ $(T20_STAMP): setup.py requirements/runtime.txt requirements/optional.txt requir
 	test -x $(T20_PY) || $(PYTHON38) -m venv $(T20_VENV)
 	$(T20_PY) -m pip install --quiet -r requirements/t20-vendor.txt
 	tools/install_t20.sh $(T20_PY)
+	$(T20_PY) -m pip install --quiet -c <($(T20_PY) -c 'import torch; print("torch==" + torch.__version__)') -r requirements/tests.txt
 	# Pre-build the simulator's C++ part for torch 1.10 (as a script: importing the mmgcu
 	# package is not needed to build it).
 	$(T20_PY) mmgcu/sim/build.py

@@ -24,7 +24,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["mmgcu", "mmgcu.*"]),
-    package_data={"mmgcu.sim": ["csrc/*.cpp"]},
+    package_data={"mmgcu.sim": ["csrc/*.cpp", "csrc/*.h"]},
     python_requires=">=3.8",
     install_requires=read_requirements("runtime.txt"),
     extras_require={

@@ -36,7 +36,7 @@ pip_install -r requirements/build.txt
 # mmcv with compiled ops, built against this torch (6-11 min on 2 cores; pip caches the wheel).
 "$PY" -c "import mmcv._ext" 2>/dev/null ||
     MMCV_WITH_OPS=1 FORCE_CUDA=0 pip_install --no-build-isolation mmcv==2.1.0
-pip_install -r requirements/runtime.txt -r requirements/optional.txt -r requirements/tests.txt
+pip_install -r requirements/runtime.txt -r requirements/optional.txt
 # mmgcu itself, editable, with no dependency resolution of its own.
 "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
 "$PY" -c 'import sys, torch; print("install_t20: mmgcu installed for Python", sys.version.split()[0], "torch", torch.__version__)'

@@ -2,9 +2,11 @@
 
 Cards are a real PyTorch device type backed by host memory (``csrc/gcu_sim.cpp``), so
 wrong device placement fails here as it does on hardware. Activated by ``MMGCU_SIMULATE=<cards>``
-(and ``MMGCU_SIMULATE_API=v2|legacy``) before ``import mmgcu``; it fakes only torch_gcu.
+(and ``MMGCU_SIMULATE_API=gcu2|gcu1``, aliases ``v2|legacy``) before ``import mmgcu``;
+it fakes only torch_gcu.
 """
 
+import atexit
 import logging
 import os
 import sys
@@ -44,12 +46,29 @@ def visible_cards(installed: int) -> int:
     return min(len(ids), installed)
 
 
+def default_api() -> str:
+    """torch_gcu 2.x needs torch 2.x; on the T20 stack's torch 1.10 only 1.x exists."""
+    import torch
+
+    return "gcu1" if torch.__version__.startswith("1.") else "gcu2"
+
+
+def _release_autograd_threads() -> None:
+    # The autograd thread of a simulated card can still hold its last backward task when
+    # the interpreter exits; freeing it needs the GIL, and a thread that cannot take it
+    # during finalisation aborts the process ("terminate called without an active
+    # exception"). Waiting a moment here, while Python is whole, lets it finish.
+    import time
+
+    time.sleep(0.05)
+
+
 def install(cards=None, api=None):
     """Install the simulated ``torch_gcu`` in this process (once) and return it."""
     if is_installed():
         return sys.modules["torch_gcu"]
     cards = int(cards if cards is not None else os.environ.get(ENV_CARDS, "0"))
-    given = api or os.environ.get(ENV_API) or "gcu2"
+    given = api or os.environ.get(ENV_API) or default_api()
     api = API_ALIASES.get(given, given)
     if api not in APIS:
         raise ValueError(
@@ -65,6 +84,7 @@ def install(cards=None, api=None):
     state.ext.install(state.cards)
     state.device_type = "gcu" if api == "gcu2" else "xla"
     state.api = api
+    atexit.register(_release_autograd_threads)
     module = _install_gcu2() if api == "gcu2" else _install_gcu1()
     logger.warning(
         "mmgcu: torch_gcu is SIMULATED (%s API, %d cards on host memory); "
