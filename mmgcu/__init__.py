@@ -16,12 +16,18 @@ if _sim.requested():
 from . import errors  # noqa: E402
 from .counterparts import replaces  # noqa: E402
 from .device import Accelerator, GCUError, select_accelerator  # noqa: E402
-from .hooks import CPUCheckpointHook, GCUDevicePlacementHook, GCUEmptyCacheHook  # noqa: E402
+from .hooks import (  # noqa: E402
+    CPUCheckpointHook,
+    GCUCheckpointHook,
+    GCUDevicePlacementHook,
+    GCUEmptyCacheHook,
+)
 from .log_processor import GCULogProcessor  # noqa: E402
 from .loops import GCUTestLoop, GCUValLoop  # noqa: E402
 from .model import GCU1DistributedDataParallel, GCUDistributedDataParallel  # noqa: E402
 from .optim import GCUAmpOptimWrapper, GCUOptimWrapper  # noqa: E402
 from .runner import GCURunner  # noqa: E402
+from .watchdog import GCUWatchdogHook  # noqa: E402
 
 errors.install()
 
@@ -30,6 +36,7 @@ __all__ = [
     "CPUCheckpointHook",
     "GCU1DistributedDataParallel",
     "GCUAmpOptimWrapper",
+    "GCUCheckpointHook",
     "GCUDevicePlacementHook",
     "GCUDistributedDataParallel",
     "GCUEmptyCacheHook",
@@ -39,6 +46,7 @@ __all__ = [
     "GCURunner",
     "GCUTestLoop",
     "GCUValLoop",
+    "GCUWatchdogHook",
     "__version__",
     "replaces",
     "select_accelerator",

@@ -186,7 +186,11 @@ def collect_env() -> Dict[str, Any]:
         cards = _safe(lambda: _cards(backend))
         info.update(cards if isinstance(cards, dict) else {"cards": cards})
     for name in VISIBLE_VARS:
-        info[name] = os.environ.get(name, "unset")
+        value = os.environ.get(name)
+        empty = value is not None and not value.strip(" ,")
+        info[name] = (
+            "unset" if value is None else "set but empty (no card is visible)" if empty else value
+        )
     if not isinstance(backend, str):
         dist = _safe(lambda: _dist(backend))
         info.update(dist if isinstance(dist, dict) else {"ECCL": dist})

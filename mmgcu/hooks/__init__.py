@@ -1,5 +1,5 @@
-from .checkpoint import CPUCheckpointHook
+from .checkpoint import CPUCheckpointHook, GCUCheckpointHook
 from .empty_cache import GCUEmptyCacheHook
 from .placement import GCUDevicePlacementHook
 
-__all__ = ["CPUCheckpointHook", "GCUDevicePlacementHook", "GCUEmptyCacheHook"]
+__all__ = ["CPUCheckpointHook", "GCUCheckpointHook", "GCUDevicePlacementHook", "GCUEmptyCacheHook"]

@@ -68,3 +68,35 @@ def watch_first_batch(model: torch.nn.Module, device: torch.device) -> None:
             )
 
     handle = preprocessor.register_forward_hook(check)
+
+
+def watch_late_parameters(model: torch.nn.Module, device: torch.device, held) -> None:
+    """Check, once, after the first iteration, that no parameter was born in its forward.
+
+    A parameter created in the first forward pass is not in the optimizer (built before)
+    nor in DDP's buckets, so it never trains nor is all-reduced, and one created on the
+    CPU stays there; nothing else fails. ``held()``: the parameters the optimizer holds.
+    The forward pre-hook runs at the second forward and removes itself.
+    """
+    calls = []
+
+    def check(module, inputs):
+        calls.append(None)
+        if len(calls) < 2:
+            return
+        handle.remove()
+        ids = {id(p) for p in held()}
+        late = [(n, p.device) for n, p in module.named_parameters() if id(p) not in ids]
+        wrong = misplaced(module, device)
+        if late:
+            shown = ", ".join(f"{name} on {dev}" for name, dev in late[:_SHOWN])
+            raise GCUError(
+                f"{len(late)} parameter(s) of the model were created after it was wrapped (in "
+                f"its first forward pass) and are not in the optimizer: {shown}. They never "
+                "train and DDP never all-reduces them. Create parameters in the model's "
+                "__init__, so that GCURunner puts them on the card and the optimizer holds them."
+            )
+        if wrong:
+            raise GCUError(misplaced_message("after the first iteration", device, wrong))
+
+    handle = model.register_forward_pre_hook(check)
