@@ -34,7 +34,7 @@ _WORDS = {
     "val": "validation",
     "evaluate": "the validation metrics",
     "save": "a checkpoint save",
-    "wait": "waiting for rank 0's checkpoint save",
+    "wait": "a wait for rank 0's checkpoint save",
     "done": "finished",
 }
 

@@ -98,6 +98,7 @@ class GCUWatchdogHook(Hook):
         self._val_loop = None
         self._seq = 0
         self._cpu: Dict[int, tuple] = {}
+        self._states: Dict[int, str] = {}  # /proc states of this host's silent ranks
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
@@ -179,7 +180,11 @@ class GCUWatchdogHook(Hook):
         if stall < self.timeout or self.acted:
             return
         verdict = hb.diagnose(beats, self._silent(beats, now))
-        bound = self.slow_timeout if verdict.slow else self.timeout
+        # A stopped process (state T) never resumes by itself, whatever phase it was in.
+        stopped = verdict.how == "silent" and all(
+            self._states.get(r) == "T" for r in verdict.culprits
+        )
+        bound = self.slow_timeout if verdict.slow and not stopped else self.timeout
         if stall >= bound:
             why = f"nothing has progressed for {stall:.0f} s (bound {bound:g} s)"
             self._act(verdict, beats, why, late=stall >= bound + max(30.0, 5 * self.interval))
@@ -204,17 +209,18 @@ class GCUWatchdogHook(Hook):
             hb.write_beat(self.folder, self._beat())
 
     def _silent(self, beats: Dict[int, dict], now: float) -> List[int]:
-        """Ranks whose beat stopped: stopped or frozen processes (not ones busy in native
-        code without releasing the GIL, nor ones that have exited: the launcher reports
-        those)."""
-        silent = []
+        """Ranks whose beat stopped: stopped or frozen processes, waiting for rank 0's save
+        or not (not ones busy in native code without releasing the GIL, nor ones that
+        have exited or finished: the launcher reports those)."""
+        silent, self._states = [], {}
         for rank, beat in beats.items():
-            if beat["phase"] in hb.IDLE or self.observer.silence(rank, now) < self.silent_after:
+            if beat["phase"] == "done" or self.observer.silence(rank, now) < self.silent_after:
                 continue
             if beat["host"] == self.host:
                 state = hb.process_state(beat["pid"])
                 if state is None or (state[0] != "T" and self._busy(rank, state)):
                     continue
+                self._states[rank] = state[0]
             silent.append(rank)
         return silent
 
@@ -271,7 +277,7 @@ class GCUWatchdogHook(Hook):
         """SIGKILL stuck ranks started by this rank's launcher (they show as its failure)."""
         if not all(beats[r]["ppid"] == os.getppid() for r in verdict.culprits):
             self._end(_message(verdict, beats, why, f"rank {self.rank} exits"))
-        states = {r: (hb.process_state(beats[r]["pid"]) or ("gone",))[0] for r in verdict.culprits}
+        states = {r: self._states.get(r, "?") for r in verdict.culprits}
         self._log(_message(verdict, beats, why, f"rank {self.rank} kills it (SIGKILL)", states))
         for rank in verdict.culprits:
             with contextlib.suppress(OSError):
@@ -342,7 +348,7 @@ def _message(verdict, beats: Dict[int, dict], why: str, action: str, states=None
     waiting = ", ".join(str(b["rank"]) for b in others)
     return (
         f"the job is stuck on {', '.join(_who(b) for b in stuck)}, in "
-        f"{hb.describe(stuck[0])}: {how}. {why}"
+        f"{hb.describe(stuck[0])}: {how}. {why[:1].upper()}{why[1:]}"
         + (f"; ranks {waiting} wait in {hb.describe(others[0])}" if others else "")
         + (f". Main thread: {where}" if where else "")
         + f". To end the job now, {action}. Check that card (efsmi) and host; if the rank "

@@ -54,6 +54,11 @@ def test_a_silent_rank_is_the_culprit():
     assert hb.diagnose(beats, silent=[1]) == hb.Verdict([1], "silent", False)
 
 
+def test_a_silent_rank_waiting_for_rank_0s_save_is_the_culprit():
+    beats = {0: beat(0, it=11), 1: beat(1, phase="wait", it=10), 2: beat(2, it=11)}
+    assert hb.diagnose(beats, silent=[1]) == hb.Verdict([1], "silent", False)
+
+
 def test_a_rank_behind_the_others_is_the_culprit():
     beats = {0: beat(0, it=11), 1: beat(1, it=10), 2: beat(2, it=11)}
     assert hb.diagnose(beats, silent=[]) == hb.Verdict([1], "behind", False)

@@ -97,8 +97,14 @@ def test_a_stopped_rank_is_named_and_ends_the_job(dataset, tmp_path):
     """SIGSTOP, from outside, on rank 1 of 3 in steady training (the process-group timeout
     is mmgcu's default, 30 minutes)."""
     hooks = [dict(type="FaultHook", mode="mark", at=3, rank=1)]
-    watchdog = dict(timeout=HANG_BOUND, interval=1)
-    cfg = fault_config(tmp_path / "cfg.py", dataset, hooks, 500, env_cfg=dict(watchdog=watchdog))
+    cfg = fault_config(
+        tmp_path / "cfg.py",
+        dataset,
+        hooks,
+        max_iters=500,
+        env_cfg=dict(watchdog=dict(timeout=HANG_BOUND, interval=1)),
+        default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=1000)),  # no save
+    )
     work = str(tmp_path / "work")
     proc = train_job(cfg, work, 3)
     wait_for(osp.join(work, "fault_rank1"), proc)
