@@ -113,6 +113,7 @@ class GCUWatchdogHook(Hook):
         if self.rank == 0:  # it holds the work dir's lock: no other job beats here
             hb.remove_other_runs(self.folder)
         self._publish()
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="mmgcu-watchdog", daemon=True)
         self._thread.start()
 

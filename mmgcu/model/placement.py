@@ -76,17 +76,23 @@ def watch_late_parameters(model: torch.nn.Module, device: torch.device, held) ->
     A parameter created in the first forward pass is not in the optimizer (built before)
     nor in DDP's buckets, so it never trains nor is all-reduced, and one created on the
     CPU stays there; nothing else fails. ``held()``: the parameters the optimizer holds.
-    The forward pre-hook runs at the second forward and removes itself.
+    Only trainable parameters that did not exist when this was armed count (an optimizer
+    may leave out frozen ones on purpose). The forward pre-hook runs at the second forward
+    and removes itself.
     """
-    calls = []
+    calls, before = [], {id(p) for p in model.parameters()}
 
     def check(module, inputs):
         calls.append(None)
         if len(calls) < 2:
             return
         handle.remove()
-        ids = {id(p) for p in held()}
-        late = [(n, p.device) for n, p in module.named_parameters() if id(p) not in ids]
+        ids = before | {id(p) for p in held()}
+        late = [
+            (name, p.device)
+            for name, p in module.named_parameters()
+            if p.requires_grad and id(p) not in ids
+        ]
         wrong = misplaced(module, device)
         if late:
             shown = ", ".join(f"{name} on {dev}" for name, dev in late[:_SHOWN])

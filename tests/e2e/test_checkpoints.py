@@ -57,6 +57,18 @@ def program(name, *args, **env):
 # -- killed while rank 0 saves, then resumed ------------------------------------------
 
 
+def kill_rank_0_in_its_save(proc, work):
+    """Once rank 0 has been in its save for longer than the collective timeout, SIGKILL it.
+    Returns whether every rank was still running then, and how long rank 0 had saved."""
+    saving = wait_for(osp.join(work, "saving_rank0"), proc)
+    time.sleep(max(0.0, saving + TIMEOUT + 5 - time.time()))
+    pids = worker_pids(work)
+    alive = proc.poll() is None and all(running(p) for p in pids.values())
+    in_save = time.time() - saving
+    os.kill(pids[0], signal.SIGKILL)
+    return alive, in_save
+
+
 @pytest.fixture(scope="module")
 def killed_during_a_save(dataset, tmp_path_factory):
     """Two ranks, checkpoints every 2 iterations, one kept. Rank 0's save at iteration 4
@@ -76,12 +88,7 @@ def killed_during_a_save(dataset, tmp_path_factory):
         env_cfg=dict(dist_cfg=dict(timeout=TIMEOUT), watchdog=dict(interval=1)),
     )
     proc = train_job(killed_cfg, work, 2)
-    saving = wait_for(osp.join(work, "saving_rank0"), proc)
-    time.sleep(max(0.0, saving + TIMEOUT + 5 - time.time()))  # past the collective timeout
-    pids = worker_pids(work)
-    alive_while_saving = proc.poll() is None and all(running(p) for p in pids.values())
-    in_save = time.time() - saving
-    os.kill(pids[0], signal.SIGKILL)
+    alive_while_saving, in_save = kill_rank_0_in_its_save(proc, work)
     killed_code, killed_out = finish(proc, timeout=120)
     after_kill = sorted(os.listdir(work))
     last_after_kill = read(osp.join(work, "last_checkpoint"))
