@@ -348,7 +348,8 @@ def _message(verdict, beats: Dict[int, dict], why: str, action: str, states=None
     where = "; ".join(f"rank {b['rank']} at {b['where']}" for b in stuck if b.get("where"))
     waiting = ", ".join(str(b["rank"]) for b in others)
     return (
-        f"the job is stuck on {', '.join(_who(b) for b in stuck)}, in "
+        f"the job is stuck on {', '.join(_who(b) for b in stuck)}, "
+        f"{'last heard in' if verdict.how == 'silent' else 'in'} "
         f"{hb.describe(stuck[0])}: {how}. {why[:1].upper()}{why[1:]}"
         + (f"; ranks {waiting} wait in {hb.describe(others[0])}" if others else "")
         + (f". Main thread: {where}" if where else "")

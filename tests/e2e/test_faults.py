@@ -123,7 +123,7 @@ def test_a_stopped_rank_is_named_and_ends_the_job(dataset, tmp_path):
     assert took < HANG_BOUND + 30, f"the job ran on for {took:.0f} s after rank 1 was stopped"
     reports = [line for line in out.splitlines() if "mmgcu: the job is stuck" in line]
     assert len(reports) == 1, out[-4000:]
-    who = f"rank 1 (host {socket.gethostname()}, pid {pid}, card 1), in a train step (iteration "
+    who = f"rank 1 (host {socket.gethostname()}, pid {pid}, card 1), last heard in a train step"
     assert who in reports[0], reports[0]
     assert "the process is stopped (state T: SIGSTOP or a debugger)" in reports[0]
     assert "ranks 0, 2 wait in a train step" in reports[0]
