@@ -26,8 +26,8 @@ class GCUDevicePlacementHook(Hook):
     Checks that every parameter and buffer is on this rank's card and that no two ranks
     share a physical card of a host (which also catches more ranks than cards); rank 0
     logs one line per rank. A single process on a node with more cards is warned that
-    the rest idle. Before training, it also arms a check that runs once after the first
-    iteration, for parameters born in the first forward pass.
+    the rest idle. Before training, it also arms a check that runs once, at the end of the
+    first forward pass, for parameters born in it.
     """
 
     priority = "VERY_HIGH"

@@ -1,5 +1,5 @@
 """A model that creates a parameter in its first forward pass, on the CPU, trained by
-GCURunner on the simulated card; mmgcu must stop it after the first iteration."""
+GCURunner on the simulated card; mmgcu must stop it at the end of that forward pass."""
 
 import os
 
