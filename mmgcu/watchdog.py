@@ -155,10 +155,13 @@ class GCUWatchdogHook(Hook):
         unseen_since = time.monotonic()
         while time.monotonic() < deadline:
             beat = hb.read_beats(self.folder).get(0)
-            if beat is not None and (beat["saves"] >= self.saves or beat["phase"] == "done"):
+            if beat is None:
+                if time.monotonic() - unseen_since > self.silent_after:
+                    return  # rank 0's beats are not visible here (a work dir per node)
+            elif beat["saves"] >= self.saves or beat["phase"] == "done":
                 return
-            if beat is None and time.monotonic() - unseen_since > self.silent_after:
-                return  # rank 0's beats are not visible here (a work dir per node)
+            else:
+                unseen_since = time.monotonic()
             time.sleep(0.05)
 
     # -- the thread ------------------------------------------------------------------------
