@@ -1,7 +1,9 @@
 """Shared helpers: the simulator installs once per process, so most tests run a fresh one."""
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,6 +39,7 @@ LAUNCHER_VARS = (
 #: The card locks of the jobs this test session starts: a folder of its own, so that test
 #: sessions (and real jobs) on one machine do not refuse each other's simulated cards.
 LOCK_DIR = tempfile.mkdtemp(prefix="mmgcu-test-locks-")
+atexit.register(shutil.rmtree, LOCK_DIR, ignore_errors=True)
 
 
 def running(pid):
