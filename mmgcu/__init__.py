@@ -18,6 +18,7 @@ from .counterparts import replaces  # noqa: E402
 from .device import Accelerator, GCUError, select_accelerator  # noqa: E402
 from .hooks import (  # noqa: E402
     CPUCheckpointHook,
+    GCUCheckpointHook,
     GCUDevicePlacementHook,
     GCUEmptyCacheHook,
     GCURuntimeInfoHook,
@@ -27,6 +28,7 @@ from .loops import GCUTestLoop, GCUValLoop  # noqa: E402
 from .model import GCU1DistributedDataParallel, GCUDistributedDataParallel  # noqa: E402
 from .optim import GCUAmpOptimWrapper, GCUOptimWrapper  # noqa: E402
 from .runner import GCURunner  # noqa: E402
+from .watchdog import GCUWatchdogHook  # noqa: E402
 
 errors.install()
 
@@ -35,6 +37,7 @@ __all__ = [
     "CPUCheckpointHook",
     "GCU1DistributedDataParallel",
     "GCUAmpOptimWrapper",
+    "GCUCheckpointHook",
     "GCUDevicePlacementHook",
     "GCUDistributedDataParallel",
     "GCUEmptyCacheHook",
@@ -45,6 +48,7 @@ __all__ = [
     "GCURuntimeInfoHook",
     "GCUTestLoop",
     "GCUValLoop",
+    "GCUWatchdogHook",
     "__version__",
     "replaces",
     "select_accelerator",

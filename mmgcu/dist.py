@@ -13,17 +13,32 @@ from typing import Optional
 import torch.distributed as torch_dist
 
 from .device import Accelerator, GCUError
+from .device.cards import describe_visible
 
 LAUNCHERS = ("pytorch", "slurm", "mpi")
 
+#: Seconds a collective waits when ``env_cfg.dist_cfg.timeout`` is not given: torch's gloo
+#: default and torch_gcu 1.x's ECCL default, passed explicitly so that both groups agree.
+#: It covers what runs inside collectives and is slow by nature (torch_gcu 1.x compiling
+#: the first step's graph, rank 0 computing validation metrics). A hang in steady training
+#: ends sooner, through the watchdog (``mmgcu.watchdog``, 300 s); checkpoint saves never
+#: count against it (the other ranks wait for rank 0's save outside any collective).
+DEFAULT_TIMEOUT_S = 1800.0
 
-# How a collective reports a peer process that has gone (gloo's TCP transport; the
-# simulated ECCL runs over it). torch >= 2.1 device backends raise ``DistError``.
-_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+# How a collective reports a peer process that has gone, or that has not answered within
+# the timeout (gloo's TCP transport; the simulated ECCL runs over it). torch >= 2.1 device
+# backends raise ``DistError``.
+_PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Timed out waiting",
+)
 
 
 def lost_peer(exc: BaseException) -> bool:
-    """Whether ``exc`` is a collective failing because another rank has stopped.
+    """Whether ``exc`` is a collective failing because another rank has stopped (or hangs).
 
     The error worth reading is then the other rank's.
     """
@@ -143,8 +158,9 @@ def select_card(accelerator: Accelerator, launcher: str) -> int:
     where = f"{cards} {accelerator.device_type} card(s) visible ({accelerator.description})"
     if cards == 0:
         raise GCUError(
-            f"no card is visible to local rank {rank}: {where}. Check "
-            "TOPS_VISIBLE_DEVICES and that the driver sees the cards (efsmi)."
+            f"no card is visible to local rank {rank}: {where}; {describe_visible()}. List "
+            "the cards to use (TOPS_VISIBLE_DEVICES=0,1,...) or unset the variable to use "
+            "every card, and check that the driver sees the cards (efsmi)."
         )
     if ranks_here is not None and ranks_here > cards:
         raise GCUError(
@@ -178,7 +194,7 @@ def init_distributed(
     card = select_card(accelerator, launcher)
     pg_backend = pg_backend_for(pg_backend, accelerator)
     accelerator.check_collectives()
-    if timeout is not None:
-        kwargs["timeout"] = datetime.timedelta(seconds=timeout)
+    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+    kwargs["timeout"] = datetime.timedelta(seconds=timeout)
     accelerator.init_process_groups(pg_backend, **kwargs)
     return card

@@ -1,5 +1,7 @@
 """The one import-time hook of mmgcu besides the simulator: how a failed run ends.
 
+(Also :func:`stop_every_rank`, for a fault every rank sees but one should report.)
+
 ``sys.excepthook`` is wrapped for two cases only, and everything else reaches the previous
 hook untouched:
 
@@ -15,6 +17,7 @@ hook untouched:
 import importlib.util
 import os
 import sys
+import time
 import traceback
 
 from .device import GCUError
@@ -60,3 +63,16 @@ def install(previous=None) -> None:
 
     hook.mmgcu = True
     sys.excepthook = hook
+
+
+def stop_every_rank(message: str, rank: int, world_size: int, grace_s: float):
+    """Stop every rank over a fault all of them see, with one message: rank 0's.
+
+    The other ranks wait (at most ``grace_s``) for the launcher to end them once rank 0
+    has failed, so the launcher names rank 0, and the console shows the message once
+    instead of once per rank.
+    """
+    if rank == 0 or world_size == 1:
+        raise GCUError(message)
+    time.sleep(grace_s)
+    raise GCUError(f"rank {rank} stops: rank 0 says why")

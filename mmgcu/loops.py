@@ -22,13 +22,19 @@ class CardAutocast:
     def __init__(self, *args, fp16: bool = False, **kwargs):
         super().__init__(*args, fp16=False, **kwargs)
         self.card_fp16 = fp16
+        self.step = None
 
     def _card_autocast(self):
         if not self.card_fp16:
             return contextlib.nullcontext()
         return self.runner.accelerator.autocast(torch.float16)
 
+    def run(self):
+        self.step = None
+        return super().run()
+
     def run_iter(self, idx, data_batch) -> None:
+        self.step = idx  # the batch running now, which the watchdog's thread reads
         with self._card_autocast():
             super().run_iter(idx, data_batch)
 

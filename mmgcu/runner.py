@@ -5,27 +5,32 @@ the stock ``tools/train.py`` of mmsegmentation runs unchanged. It chooses the ac
 once (``setup_env``) and hands it to what it builds. It overrides where stock mmengine
 assumes CUDA: the distributed set-up, the model's placement and DDP (``wrap_model``),
 seeding, and the classes of :mod:`mmgcu.counterparts`. It adds a one-time placement check,
-CPU-only checkpoints written atomically, and a wait that lets the launcher name the rank
-that failed first. Everything else is mmengine's.
+CPU-only checkpoints written atomically, a resume that is never silent
+(:mod:`mmgcu.checkpoint`), locks that keep a second job off its cards and work dir
+(:mod:`mmgcu.locks`), a watchdog that ends a job a hung rank blocks (:mod:`mmgcu.watchdog`),
+and a wait that lets the launcher name the rank that failed first. Everything else is
+mmengine's.
 """
 
 import contextlib
 import os
-import os.path as osp
 import time
 
 import torch
-from mmengine.dist import is_distributed, master_only
+from mmengine.dist import is_distributed, is_main_process
 from mmengine.logging import print_log
 from mmengine.model import convert_sync_batchnorm, is_model_wrapper, revert_sync_batchnorm
 from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, LOG_PROCESSORS, LOOPS, MODEL_WRAPPERS, OPTIM_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
+from .checkpoint import load_problem, resume_target, save_atomically
 from .counterparts import Counterparts
 from .device import GCUError, select_accelerator
 from .dist import init_distributed, lost_peer
+from .errors import stop_every_rank
 from .hooks import CPUCheckpointHook, GCUDevicePlacementHook
+from .locks import hold as hold_locks
 from .message_hub import CardMessageHub
 from .model import (
     GCU1DistributedDataParallel,
@@ -37,6 +42,7 @@ from .model import (
 from .model.placement import watch_first_batch
 from .model.wrappers import ddp_config
 from .optim.wrappers import CardStep
+from .watchdog import NoWatchdog, build_watchdog
 
 _GCU_DDP = (GCUDistributedDataParallel, GCU1DistributedDataParallel)
 
@@ -103,6 +109,7 @@ class GCURunner(Runner):
             env_cfg = {k: v for k, v in env_cfg.items() if k != "cudnn_benchmark"}
         # The rest is mmengine's: multiprocessing, timestamp broadcast, rlimit.
         super().setup_env(env_cfg)
+        self._locks = hold_locks(self)  # a second job on these cards or work dir stops here
 
     def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):
         """mmengine's seeding, plus the cards' generators (torch_gcu 1.x needs its own)."""
@@ -202,39 +209,53 @@ class GCURunner(Runner):
         the config turns it off."""
         super().register_hooks(default_hooks, custom_hooks)
         self.register_hook(CPUCheckpointHook())
+        self.watchdog = build_watchdog(self)
+        if not isinstance(self.watchdog, NoWatchdog):
+            self.register_hook(self.watchdog)
         if self.cfg.get("gcu_placement_check", True) and not any(
             isinstance(h, GCUDevicePlacementHook) for h in self.hooks
         ):
             self.register_hook(GCUDevicePlacementHook())
 
     # -- checkpoints -------------------------------------------------------------------
+    def load_or_resume(self) -> None:
+        """mmengine's, but ``--resume`` without ``last_checkpoint`` takes the newest
+        complete checkpoint of the work dir (logged) instead of training from iteration 0."""
+        if self._resume and self._load_from is None and not self._has_loaded:
+            try:
+                self._load_from, note = resume_target(self.work_dir)
+            except GCUError as e:
+                stop_every_rank(str(e), self.rank, self.world_size, self.peer_loss_grace_s)
+            if note:
+                self.logger.warning(f"mmgcu: --resume: {note}")
+        return super().load_or_resume()
+
     def load_checkpoint(self, filename, *args, **kwargs):
-        """mmengine's loading of the checkpoint the config names (``load_from``/``resume``).
+        """mmengine's loading of the checkpoint the config names (``load_from``/``resume``),
+        after a check that names a damaged file (one message, rank 0's).
 
         mmengine 0.10.7 calls ``torch.load`` without ``weights_only``; torch >= 2.6 then
         refuses its checkpoints (they pickle a HistoryBuffer and numpy objects). This
         keeps mmengine's trust in the user's own checkpoint, for these loads only.
         """
+        problem = load_problem(filename, self.work_dir)
+        if problem:
+            stop_every_rank(problem, self.rank, self.world_size, self.peer_loss_grace_s)
         with _full_unpickling():
             return super().load_checkpoint(filename, *args, **kwargs)
 
-    @master_only
     def save_checkpoint(self, out_dir, filename, *args, **kwargs):
-        """mmengine's checkpoint (rank 0), written to a temporary name then renamed.
-
-        A job killed mid-write leaves the previous checkpoint and ``last_checkpoint``
-        intact, so ``--resume`` continues from the last complete one.
+        """mmengine's checkpoint, written by rank 0 under a temporary name, fsynced, then
+        renamed (:func:`mmgcu.checkpoint.save_atomically`); the other ranks wait for it
+        outside any collective, so a slow save cannot trip the collective timeout.
         """
-        if "://" in str(out_dir):  # a remote backend: its own write semantics
-            return super().save_checkpoint(out_dir, filename, *args, **kwargs)
-        partial = osp.join(out_dir, f".{filename}.partial")
-        try:
-            super().save_checkpoint(out_dir, osp.basename(partial), *args, **kwargs)
-        except BaseException:
-            if osp.exists(partial):  # e.g. a full disk: give the space back
-                os.remove(partial)
-            raise
-        os.replace(partial, osp.join(out_dir, filename))
+        with self.watchdog.saving():
+            if not is_main_process():
+                return
+            if "://" in str(out_dir):  # a remote backend: its own write semantics
+                return super().save_checkpoint(out_dir, filename, *args, **kwargs)
+            write = super().save_checkpoint
+            save_atomically(lambda name: write(out_dir, name, *args, **kwargs), out_dir, filename)
 
     # -- failures ----------------------------------------------------------------------
     def train(self) -> torch.nn.Module:
@@ -263,6 +284,7 @@ class GCURunner(Runner):
         except Exception as exc:
             if not (self.distributed and lost_peer(exc)):
                 raise
+            getattr(self, "watchdog", NoWatchdog()).explain(exc)  # a peer that hung: named
             self.logger.error(
                 "rank %d: a collective failed because another rank stopped (%s: %s); "
                 "that rank's error is the cause. Waiting up to %.0f s for the launcher "

@@ -1,10 +1,13 @@
 """Shared helpers: the simulator installs once per process, so most tests run a fresh one."""
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -29,7 +32,14 @@ LAUNCHER_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "TOPS_VISIBLE_DEVICES",
+    "ENFLAME_VISIBLE_DEVICES",
 )
+
+
+#: The card locks of the jobs this test session starts: a folder of its own, so that test
+#: sessions (and real jobs) on one machine do not refuse each other's simulated cards.
+LOCK_DIR = tempfile.mkdtemp(prefix="mmgcu-test-locks-")
+atexit.register(shutil.rmtree, LOCK_DIR, ignore_errors=True)
 
 
 def running(pid):
@@ -42,13 +52,12 @@ def running(pid):
 
 
 def clean_env(**extra):
-    """This environment without simulator/launcher variables, plus ``extra``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MMGCU_", "TOPS_", "LOCAL_", "RANK", "WORLD_", "MASTER_"))
-    }
+    """This environment without simulator/launcher variables, plus ``extra`` (and the
+    session's card-lock folder)."""
+    prefixes = ("MMGCU_", "TOPS_", "ENFLAME_", "LOCAL_", "RANK", "WORLD_", "MASTER_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["MMGCU_LOCK_DIR"] = LOCK_DIR
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -23,9 +23,9 @@ resolve_cards() {
             die "could not count the cards with '$PYTHON $counter'; give CARDS"
         [[ $cards =~ ^[0-9]+$ ]] || die "'$PYTHON $counter' printed '$cards'"
         if ((cards == 0)); then
-            die "found no GCU card on this node (TOPS_VISIBLE_DEVICES is unset, no simulator," \
-                "and efsmi is missing or lists no card). Check the driver with 'efsmi'," \
-                "or give the number of cards: $NAME CONFIG CARDS ..."
+            die "found no GCU card on this node ($("$PYTHON" "$counter" --why)). Check the" \
+                "driver with 'efsmi' and the visible-devices variables, or give the number" \
+                "of cards: $NAME CONFIG CARDS ..."
         fi
     fi
     cards=$((10#$cards)) # base 10: "08" is not octal

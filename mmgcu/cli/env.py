@@ -185,12 +185,22 @@ def collect_env() -> Dict[str, Any]:
         info["device"] = f"{backend.name}{fallback}: {backend.description}"
         cards = _safe(lambda: _cards(backend))
         info.update(cards if isinstance(cards, dict) else {"cards": cards})
-    for name in VISIBLE_VARS:
-        info[name] = os.environ.get(name, "unset")
+    info.update(_visible_vars())
     if not isinstance(backend, str):
         dist = _safe(lambda: _dist(backend))
         info.update(dist if isinstance(dist, dict) else {"ECCL": dist})
     return info
+
+
+def _visible_vars() -> Dict[str, str]:
+    """Each visible-devices variable as set ('set but empty' hides every card)."""
+    shown = {}
+    for name in VISIBLE_VARS:
+        value = os.environ.get(name)
+        shown[name] = "unset" if value is None else value
+        if value is not None and not value.strip(" ,"):
+            shown[name] = "set but empty (no card is visible)"
+    return shown
 
 
 def format_env(info: Dict[str, Any]) -> str:

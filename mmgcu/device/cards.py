@@ -1,31 +1,65 @@
 """Counting cards from a launcher, without importing torch_gcu or touching a card.
 
-Used by ``tools/dist_train.sh`` and ``mmgcu env``: the order is ``TOPS_VISIBLE_DEVICES``,
-then the simulator's card count, then the rows of ``efsmi``.
+Used by ``tools/dist_train.sh`` and ``mmgcu env``: the order is the visible-devices
+variable, then the simulator's card count, then the rows of ``efsmi``.
+
+Two variables say which cards a process sees: ``TOPS_VISIBLE_DEVICES`` (TopsRider's own,
+like ``CUDA_VISIBLE_DEVICES``) and ``ENFLAME_VISIBLE_DEVICES`` (set by Enflame's Kubernetes
+device plugin for the cards of a container). When both are set, ``TOPS_VISIBLE_DEVICES``
+wins: it is what a user sets inside the container to narrow the plugin's cards. Set but
+empty means no card is visible, as for CUDA.
 """
 
 import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import List, Optional, Tuple
 
 VISIBLE_ENV = "TOPS_VISIBLE_DEVICES"
+#: The variables naming the visible cards, the one that wins first.
+VISIBLE_VARS = (VISIBLE_ENV, "ENFLAME_VISIBLE_DEVICES")
 
 # One card per row: '* 0      T20   | 10.19.3 | ...' (classic) or '| 0  T20  | ...' (newer).
 _EFSMI_ROW = re.compile(r"^\s*[*|]\s*(\d+)\s+([A-Za-z][\w-]*)\s*\|")
 
 
+def visible_setting() -> Optional[Tuple[str, str]]:
+    """``(name, value)`` of the variable that decides the visible cards, or None."""
+    for name in VISIBLE_VARS:
+        value = os.environ.get(name)
+        if value is not None:
+            return name, value
+    return None
+
+
 def visible_devices() -> Optional[List[str]]:
-    """The ids in ``TOPS_VISIBLE_DEVICES``, or None when it is not set."""
-    value = os.environ.get(VISIBLE_ENV)
-    if value is None:
+    """The ids the visible-devices variable lists, or None when neither is set."""
+    setting = visible_setting()
+    if setting is None:
         return None
-    return [v.strip() for v in value.split(",") if v.strip()]
+    return [v.strip() for v in setting[1].split(",") if v.strip()]
+
+
+def describe_visible() -> str:
+    """How the visible-devices variables stand, for messages: ``'TOPS_VISIBLE_DEVICES=0,1'``,
+    ``'TOPS_VISIBLE_DEVICES is set but empty (no card is visible)'`` or ``'... unset'``."""
+    setting = visible_setting()
+    if setting is None:
+        return f"{' and '.join(VISIBLE_VARS)} are unset"
+    name, value = setting
+    text = f"{name}={value}"
+    if not value.strip(" ,"):
+        text = f"{name} is set but empty (no card is visible)"
+    ignored = [n for n in VISIBLE_VARS if n != name and n in os.environ]
+    if ignored:
+        text += f"; {ignored[0]}={os.environ[ignored[0]]} is ignored ({name} wins)"
+    return text
 
 
 def physical_card(index: int) -> str:
-    """The node-wide id of visible card ``index`` (``TOPS_VISIBLE_DEVICES`` remaps them)."""
+    """The node-wide id of visible card ``index`` (the visible-devices variable remaps them)."""
     visible = visible_devices()
     if visible is not None and 0 <= index < len(visible):
         return visible[index]
@@ -63,18 +97,20 @@ def count_cards() -> Tuple[int, str]:
         count = len(visible)
         if simulated:
             count = min(count, int(simulated))
-        return count, f"{VISIBLE_ENV}={os.environ[VISIBLE_ENV]}"
+        return count, describe_visible()
     if simulated:
         return int(simulated), f"MMGCU_SIMULATE={simulated} (simulated cards)"
     cards = efsmi_cards()
     if cards:
         return len(cards), "efsmi"
-    return 0, "no TOPS_VISIBLE_DEVICES, no simulator, no efsmi"
+    return 0, f"{describe_visible()}, no simulator, and efsmi is missing or lists no card"
 
 
 def main() -> None:
-    """Print the card count (``python -m mmgcu.device.cards``), for shell launchers."""
-    print(count_cards()[0])
+    """Print the card count (``python -m mmgcu.device.cards``), for shell launchers; with
+    ``--why``, where it came from."""
+    count, why = count_cards()
+    print(why if sys.argv[1:] == ["--why"] else count)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ from mmengine.dist import all_gather_object, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
+from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.registry import HOOKS
 
 from ..device import GCUError, physical_card
-from ..model.placement import misplaced, misplaced_message
+from ..model.placement import misplaced, misplaced_message, watch_late_parameters
 from ..model.sync_bn import GCUSyncBatchNorm
 
 
@@ -27,7 +28,8 @@ class GCUDevicePlacementHook(Hook):
     Checks that every parameter and buffer is on this rank's card and that no two ranks
     share a physical card of a host (which also catches more ranks than cards); rank 0
     logs one line per rank. A single process on a node with more cards is warned that
-    the rest idle.
+    the rest idle. Before training, it also arms a check that runs once, at the end of the
+    first forward pass, for parameters born in it.
     """
 
     priority = "VERY_HIGH"
@@ -37,6 +39,9 @@ class GCUDevicePlacementHook(Hook):
 
     def before_train(self, runner) -> None:
         self._check(runner)
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        device = runner.accelerator.device(runner.accelerator.current_device())
+        watch_late_parameters(model, device, lambda: held(runner))
 
     def before_val(self, runner) -> None:
         self._check(runner)
@@ -73,6 +78,19 @@ class GCUDevicePlacementHook(Hook):
                 logger="current",
                 level=logging.WARNING,
             )
+
+
+def held(runner) -> list:
+    """The parameters the runner's optimizer(s) hold."""
+    wrapper = runner.optim_wrapper
+    wrappers = wrapper.values() if isinstance(wrapper, OptimWrapperDict) else [wrapper]
+    return [
+        p
+        for w in wrappers
+        if isinstance(w, OptimWrapper)
+        for group in w.optimizer.param_groups
+        for p in group["params"]
+    ]
 
 
 def verify(everyone) -> None:

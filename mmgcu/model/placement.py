@@ -68,3 +68,38 @@ def watch_first_batch(model: torch.nn.Module, device: torch.device) -> None:
             )
 
     handle = preprocessor.register_forward_hook(check)
+
+
+def watch_late_parameters(model: torch.nn.Module, device: torch.device, held) -> None:
+    """Check, once, at the end of the first forward pass, that it created no parameter.
+
+    A parameter created in the first forward pass is not in the optimizer (built before)
+    nor in DDP's buckets, so it never trains nor is all-reduced, and one created on the
+    CPU stays there; nothing else fails. ``held()``: the parameters the optimizer holds.
+    Only trainable parameters that did not exist when this was armed count (an optimizer
+    may leave out frozen ones on purpose). The forward hook removes itself, so no later
+    iteration runs it.
+    """
+    before = {id(p) for p in model.parameters()}
+
+    def check(module, inputs, output):
+        handle.remove()
+        ids = before | {id(p) for p in held()}
+        late = [
+            (name, p.device)
+            for name, p in module.named_parameters()
+            if p.requires_grad and id(p) not in ids
+        ]
+        if late:
+            shown = ", ".join(f"{name} on {dev}" for name, dev in late[:_SHOWN])
+            raise GCUError(
+                f"{len(late)} parameter(s) of the model were created after it was wrapped (in "
+                f"its first forward pass) and are not in the optimizer: {shown}. They never "
+                "train and DDP never all-reduces them. Create parameters in the model's "
+                "__init__, so that GCURunner puts them on the card and the optimizer holds them."
+            )
+        wrong = misplaced(module, device)
+        if wrong:
+            raise GCUError(misplaced_message("after the first forward pass", device, wrong))
+
+    handle = model.register_forward_hook(check)

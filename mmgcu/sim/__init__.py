@@ -38,12 +38,13 @@ def is_installed() -> bool:
 
 
 def visible_cards(installed: int) -> int:
-    """Cards left visible by ``TOPS_VISIBLE_DEVICES`` (the T20's CUDA_VISIBLE_DEVICES)."""
-    visible = os.environ.get("TOPS_VISIBLE_DEVICES")
-    if visible is None:
-        return installed
-    ids = [v for v in visible.split(",") if v.strip()]
-    return min(len(ids), installed)
+    """Cards left visible by ``TOPS_VISIBLE_DEVICES`` (the T20's CUDA_VISIBLE_DEVICES), or
+    in a Kubernetes container by ``ENFLAME_VISIBLE_DEVICES`` (the device plugin mounts only
+    those cards); the first wins. Set but empty: no card, as the driver would show."""
+    from ..device.cards import visible_devices  # reads only os.environ
+
+    ids = visible_devices()
+    return installed if ids is None else min(len(ids), installed)
 
 
 def default_api() -> str:
@@ -81,7 +82,7 @@ def install(cards=None, api=None):
 
     state.ext = load_extension()
     state.cards = visible_cards(cards)
-    state.ext.install(state.cards)
+    state.ext.install(max(state.cards, 1))  # no visible card: the host has cards, none shown
     state.device_type = "gcu" if api == "gcu2" else "xla"
     state.api = api
     atexit.register(_release_autograd_threads)

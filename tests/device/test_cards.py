@@ -44,7 +44,8 @@ EFSMI_TABLE = """\
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    monkeypatch.delenv(cards.VISIBLE_ENV, raising=False)
+    for name in cards.VISIBLE_VARS:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("MMGCU_SIMULATE", raising=False)
 
 
@@ -94,8 +95,36 @@ def test_count_from_visible_devices_skips_efsmi(monkeypatch, no_efsmi):
 
 def test_empty_visible_devices_means_no_cards(monkeypatch, efsmi):
     monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "")
-    assert cards.count_cards()[0] == 0
+    assert cards.count_cards() == (0, "TOPS_VISIBLE_DEVICES is set but empty (no card is visible)")
     efsmi.assert_not_called()
+
+
+# -- ENFLAME_VISIBLE_DEVICES (Kubernetes device plugin) -------------------------
+
+
+def test_enflame_visible_devices_counts_and_maps_cards(monkeypatch, no_efsmi):
+    monkeypatch.setenv("ENFLAME_VISIBLE_DEVICES", "4,5,6")
+    assert cards.count_cards() == (3, "ENFLAME_VISIBLE_DEVICES=4,5,6")
+    assert cards.physical_card(1) == "5"
+    no_efsmi.assert_not_called()
+
+
+def test_tops_visible_devices_wins_over_enflame(monkeypatch):
+    monkeypatch.setenv("ENFLAME_VISIBLE_DEVICES", "4,5,6,7")
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "6,7")
+    assert cards.visible_devices() == ["6", "7"]
+    assert cards.physical_card(0) == "6"
+    assert cards.count_cards() == (
+        2,
+        "TOPS_VISIBLE_DEVICES=6,7; ENFLAME_VISIBLE_DEVICES=4,5,6,7 is ignored "
+        "(TOPS_VISIBLE_DEVICES wins)",
+    )
+
+
+def test_empty_tops_visible_devices_hides_the_plugin_cards(monkeypatch):
+    monkeypatch.setenv("ENFLAME_VISIBLE_DEVICES", "4,5")
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "")
+    assert cards.count_cards()[0] == 0
 
 
 @pytest.mark.parametrize("visible, simulated, count", [("0,1,2,3", "2", 2), ("0,1", "8", 2)])
@@ -145,7 +174,11 @@ def test_parse_nothing():
 def test_efsmi_missing(no_efsmi):
     assert cards.efsmi_cards() is None
     no_efsmi.assert_called_once_with("efsmi")
-    assert cards.count_cards() == (0, "no TOPS_VISIBLE_DEVICES, no simulator, no efsmi")
+    assert cards.count_cards() == (
+        0,
+        "TOPS_VISIBLE_DEVICES and ENFLAME_VISIBLE_DEVICES are unset, no simulator, and efsmi "
+        "is missing or lists no card",
+    )
 
 
 def test_efsmi_runs_with_a_timeout(efsmi):
@@ -175,5 +208,13 @@ def test_efsmi_not_running_or_timing_out(efsmi, error):
 
 def test_main_prints_the_count(monkeypatch, capsys):
     monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "0,1,2,3,4")
+    monkeypatch.setattr(cards.sys, "argv", ["cards.py"])
     cards.main()
     assert capsys.readouterr().out == "5\n"
+
+
+def test_main_says_why_there_is_no_card(monkeypatch, capsys):
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(cards.sys, "argv", ["cards.py", "--why"])
+    cards.main()
+    assert capsys.readouterr().out == "TOPS_VISIBLE_DEVICES is set but empty (no card is visible)\n"

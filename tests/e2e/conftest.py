@@ -2,9 +2,12 @@
 
 import glob
 import json
+import os
 import os.path as osp
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -121,3 +124,70 @@ def checkpoint_report(path):
 
 def checkpoints(work_dir):
     return sorted(osp.basename(p) for p in glob.glob(osp.join(work_dir, "*.pth")))
+
+
+# -- fault tests: jobs whose config imports tests/e2e/programs/fault_hooks.py ------------
+
+PROGRAMS = osp.join(osp.dirname(osp.abspath(__file__)), "programs")
+FAULT_IMPORTS = dict(
+    imports=["mmgcu", "tests.e2e.probe", "fault_hooks"], allow_failed_imports=False
+)
+# No validation: the faults are in training, and validation costs time.
+NO_VAL = dict(val_cfg=None, val_dataloader=None, val_evaluator=None)
+
+
+def fault_config(path, dataset, hooks, max_iters=4, **overrides):
+    """A config whose ranks run the fault hooks ``hooks`` (and the probe)."""
+    return write_config(
+        path,
+        dataset,
+        custom_imports=FAULT_IMPORTS,
+        custom_hooks=[dict(type="ProbeHook"), *hooks],
+        train_cfg=dict(max_iters=max_iters, val_interval=100),
+        **NO_VAL,
+        **overrides,
+    )
+
+
+def programs_env(**extra):
+    """Environment additions for processes that import the programs' modules."""
+    return dict(PYTHONPATH=f"{REPO}{os.pathsep}{PROGRAMS}", **extra)
+
+
+def train_job(cfg, work, nproc, *extra, cards=None, env=None):
+    """torchrun of stock tools/train.py over ``cfg`` on ``nproc`` ranks; return the Popen."""
+    args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work, *extra]
+    return torchrun(args, nproc=nproc, cards=cards or nproc, extra_env=programs_env(**(env or {})))
+
+
+def root_cause(out):
+    """``(rank, exitcode)`` of the "Root Cause" in torchrun's failure summary."""
+    entry = re.search(
+        r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+) \(local_rank: \d+\)"
+        r"\s*\n\s*exitcode\s*:\s*(-?\d+)",
+        out,
+        re.S,
+    )
+    return entry and (int(entry.group(1)), int(entry.group(2)))
+
+
+def worker_pids(work):
+    """``{rank: pid}`` the fault hooks wrote before training."""
+    pids = {}
+    for path in glob.glob(osp.join(work, "pid_rank*")):
+        with open(path) as f:
+            pids[int(path.rsplit("rank", 1)[1])] = int(f.read())
+    return pids
+
+
+def wait_for(path, proc, timeout=240):
+    """Wait until ``path`` exists while ``proc`` runs; return the time it says (or now)."""
+    deadline = time.time() + timeout
+    while not osp.exists(path):
+        assert proc.poll() is None, f"the job ended before {osp.basename(path)}"
+        assert time.time() < deadline, f"no {osp.basename(path)} after {timeout} s"
+        time.sleep(0.2)
+    time.sleep(0.05)  # the writer's few bytes
+    with open(path) as f:
+        text = f.read().strip()
+    return float(text) if text else time.time()

@@ -125,6 +125,20 @@ ROWS = [
         stock="rank 1 dies in set_device(1): 'GCU device ordinal 1 is invalid' traceback",
     ),
     Row(
+        "visible-devices-empty",
+        launch="torchrun",
+        ranks=2,
+        env={"TOPS_VISIBLE_DEVICES": ""},
+        expect=(
+            "no card is visible to local rank",
+            "TOPS_VISIBLE_DEVICES is set but empty",
+            "unset the variable to use every card",
+        ),
+        stock="the simulated torch_gcu cannot start without a card: 'RuntimeError: simulate "
+        "1..64 cards' with a traceback on every rank (and tools/dist_train.sh called the "
+        "variable unset)",
+    ),
+    Row(
         "device-of-the-other-generation",
         launcher="none",
         cfg=dict(env_cfg=dict(device=OTHER_API)),

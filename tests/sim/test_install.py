@@ -78,3 +78,27 @@ def test_import_mmgcu_installs_only_when_asked(cards):
     env = {"MMGCU_SIMULATE": cards, "MMGCU_SIMULATE_API": "gcu2"} if cards else {}
     out = last_json(run_program(program("import_mmgcu"), **env).stdout)
     assert out == {"cards": int(cards) if cards else None}
+
+
+COUNT = """
+import json
+
+import mmgcu  # installs the simulated torch_gcu from MMGCU_SIMULATE
+from mmgcu.device import select_accelerator
+
+print(json.dumps(select_accelerator().device_count()))
+"""
+
+
+@pytest.mark.parametrize(
+    "env, count",
+    [
+        # Kubernetes: the device plugin's cards are the container's only cards.
+        ({"ENFLAME_VISIBLE_DEVICES": "4,5,6"}, 3),
+        # Set but empty hides every card, as CUDA_VISIBLE_DEVICES="" does.
+        ({"ENFLAME_VISIBLE_DEVICES": "4,5,6", "TOPS_VISIBLE_DEVICES": ""}, 0),
+    ],
+)
+def test_visible_device_variables_limit_the_simulated_cards(env, count):
+    out = last_json(run_python(COUNT, MMGCU_SIMULATE=8, **env).stdout)
+    assert out == count

@@ -1,0 +1,91 @@
+"""Two jobs on one node: a second job on the cards or the work dir of a running job stops
+before training, naming it (pid, work dir), and the running job is unharmed.
+
+The first job is a torchrun job of stock mmseg ``tools/train.py`` on two of four simulated
+cards, held after its first iteration; the second ones are started by hand, as an operator
+would, while it runs.
+"""
+
+import os.path as osp
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, clean_env
+from tests.e2e.conftest import (
+    LEG_API,
+    fault_config,
+    finish,
+    mmseg_tool,
+    probes,
+    programs_env,
+    train_job,
+    wait_for,
+    worker_pids,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def single_process(cfg, work, **env):
+    """Stock tools/train.py, one process (no launcher), on four simulated cards."""
+    env = programs_env(MMGCU_SIMULATE=4, MMGCU_SIMULATE_API=LEG_API, OMP_NUM_THREADS=1, **env)
+    return subprocess.Popen(
+        [sys.executable, mmseg_tool("train.py"), cfg, "--work-dir", work],
+        env=clean_env(**env),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def two_jobs(dataset, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sharing")
+    release, work = tmp / "release", str(tmp / "first")
+    hold = dict(type="WaitForFileHook", at=1, path=str(release))
+    first = train_job(
+        fault_config(tmp / "first.py", dataset, [dict(type="PidHook"), hold], max_iters=2),
+        work,
+        2,
+        cards=4,
+    )
+    try:
+        wait_for(osp.join(work, "holding_rank0"), first)
+        second_cfg = fault_config(tmp / "second.py", dataset, [], max_iters=2)
+        seconds = {  # started together, while the first job holds its cards and work dir
+            "cards": single_process(second_cfg, str(tmp / "second")),  # card 0
+            "work dir": single_process(second_cfg, work, TOPS_VISIBLE_DEVICES="3"),
+        }
+        refused = {name: finish(proc, timeout=180) for name, proc in seconds.items()}
+        pids = worker_pids(work)
+    finally:
+        release.touch()
+    code, out = finish(first, timeout=300)
+    return dict(work=work, pids=pids, refused=refused, code=code, out=out)
+
+
+@pytest.mark.parametrize(
+    "second, what",
+    [("cards", f"card 0 of {socket.gethostname()}"), ("work dir", "the work dir {work}")],
+)
+def test_a_second_job_is_refused_naming_the_first(two_jobs, second, what):
+    code, out = two_jobs["refused"][second]
+    work, pid = two_jobs["work"], two_jobs["pids"][0]
+    assert code != 0, out[-4000:]
+    expected = (
+        f"mmgcu: {what.format(work=work)} is in use by another running job: pid {pid} "
+        f"(rank 0, launcher pid "
+    )
+    assert expected in out, out[-4000:]
+    assert f"work dir {work}." in out
+    assert "Iter(train)" not in out and "Traceback" not in out
+
+
+def test_the_first_job_is_unharmed(two_jobs):
+    assert two_jobs["code"] == 0, two_jobs["out"][-4000:]
+    assert {r["iter"] for r in probes(two_jobs["work"]).values()} == {2}
+    assert "Iter(train) [2/2]" in two_jobs["out"]
