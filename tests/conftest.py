@@ -11,8 +11,18 @@ import tempfile
 import textwrap
 
 import pytest
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: torch_gcu 2.x exists only for torch 2.x: on the T20 stack's leg (torch 1.10) the
+#: simulator models torch_gcu 1.x alone, and what needs 2.x skips, saying so.
+TORCH_1 = torch.__version__.startswith("1.")
+needs_torch2 = pytest.mark.skipif(
+    TORCH_1, reason="torch_gcu 2.x exists only for torch 2.x (this leg runs torch 1.10)"
+)
+#: The simulated generations, as pytest parameters (2.x skipped on torch 1.x).
+SIM_APIS = [pytest.param("gcu2", marks=needs_torch2), "gcu1"]
 
 #: What the launchers (torchrun, srun, mpirun) and the card selection read from os.environ.
 LAUNCHER_VARS = (

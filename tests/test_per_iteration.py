@@ -29,7 +29,7 @@ import os
 
 import pytest
 
-from tests.conftest import last_json, run_program
+from tests.conftest import SIM_APIS, last_json, run_program
 from tests.e2e.conftest import TINY, dataset  # noqa: F401  (the session's synthetic dataset)
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "per_iteration.py")
@@ -100,7 +100,7 @@ def audit(run, kind):
     return problems
 
 
-@pytest.mark.parametrize("kind", ["gcu2", "gcu1"])
+@pytest.mark.parametrize("kind", SIM_APIS)
 def test_no_per_iteration_work_after_the_first(kind, dataset, tmp_path):  # noqa: F811
     proc = run_program(
         PROGRAM,

@@ -13,8 +13,11 @@ What that source shows and mmgcu builds on:
   ECCL group of torch_gcu.distributed, created with a group name of its own (both worlds
   prefix their keys on torchrun's store with ``default_pg`` and would otherwise both use
   group name ``'0'``).
-- ``distributed/rendezvous.py``: off torchrun's agent store, its rank 0 hosts its own
-  store server at MASTER_PORT; mmgcu then gives it MASTER_PORT + 1.
+- ``distributed/rendezvous.py``: off torchrun's agent store (slurm, mpi, and torch 1.10's
+  ``torchrun --standalone``, which sets ``TORCHELASTIC_USE_AGENT_STORE=False``), its rank 0
+  hosts its own store server, at MASTER_PORT by default, where torch.distributed's rank 0
+  already listens. mmgcu gives it a free port that rank 0 picks and sends to every rank
+  over the gloo group.
 - ``nn/parallel/distributed.py``: its DDP is an ``nn.Module`` (not torch's DDP) whose
   ``device_ids=None`` means every visible card; mmgcu passes ``[this rank's card]``.
 - ``core/model.py``: the step is ``optimizer_step(optimizer, extra_output, model=...,
@@ -38,6 +41,7 @@ ASSUMED (the source is silent; the strictest reading is taken):
 
 import datetime
 import os
+import socket
 from typing import Optional
 
 import torch
@@ -120,7 +124,10 @@ class GCU1Accelerator(Accelerator):
         gcu_dist = self._distributed()
         try:
             gcu_dist.init_process_group(
-                "eccl", init_method=_eccl_init_method(), timeout=timeout, group_name=ECCL_GROUP_NAME
+                "eccl",
+                init_method=eccl_init_method(dist),
+                timeout=timeout,
+                group_name=ECCL_GROUP_NAME,
             )
         except Exception as e:
             raise GCUError(
@@ -183,9 +190,19 @@ class GCU1Accelerator(Accelerator):
         return facts
 
 
-def _eccl_init_method() -> str:
-    """torchrun's agent store for ECCL too; otherwise a server of its own at MASTER_PORT + 1."""
+def eccl_init_method(dist) -> str:
+    """Where torch_gcu.distributed's ranks meet: torchrun's agent store when there is one;
+    otherwise a store server of its own on a port rank 0 picks (and sends over ``dist``,
+    torch.distributed's gloo group), since MASTER_PORT is taken by torch.distributed's."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return "env://"
-    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1
-    return f"tcp://{addr}:{port}?rank={os.environ['RANK']}&world_size={os.environ['WORLD_SIZE']}"
+    port = [_free_port() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(port, src=0)
+    addr, rank, world = os.environ["MASTER_ADDR"], dist.get_rank(), dist.get_world_size()
+    return f"tcp://{addr}:{port[0]}?rank={rank}&world_size={world}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]

@@ -42,8 +42,14 @@ def torch_dist(monkeypatch, events):
     def init_process_group(backend=None, **kwargs):
         events.append(("init_process_group", backend, kwargs))
 
+    def broadcast_object_list(objects, src=0, group=None):
+        events.append(("broadcast_object_list", src))
+        objects[:] = [29617]  # the free port rank 0 picked
+
     monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: world[0])
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 3)
+    monkeypatch.setattr(torch.distributed, "broadcast_object_list", broadcast_object_list)
     return world
 
 
@@ -148,16 +154,18 @@ def test_check_collectives(accelerator, vendor):
 def test_init_process_groups_makes_a_gloo_world_and_an_eccl_world(
     accelerator, vendor, events, torch_dist, rendezvous
 ):
+    torch_dist[0] = 4  # rank 3 of 4
     group = accelerator.init_process_groups("gloo")
 
     thirty_minutes = datetime.timedelta(minutes=30)
     assert events == [
         ("init_process_group", "gloo", dict(timeout=thirty_minutes)),
+        ("broadcast_object_list", 0),  # rank 0's free port: MASTER_PORT is torch's
         ("eccl init_process_group", "eccl"),
     ]
     vendor.distributed.init_process_group.assert_called_once_with(
         "eccl",
-        init_method="tcp://10.0.0.7:29501?rank=3&world_size=4",  # MASTER_PORT + 1
+        init_method="tcp://10.0.0.7:29617?rank=3&world_size=4",
         timeout=thirty_minutes,
         group_name=ECCL_GROUP_NAME,
     )

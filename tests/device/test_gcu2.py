@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from mmgcu.device import GCUError
 from tests import fakes
-from tests.conftest import free_port, last_json, run_program
+from tests.conftest import free_port, last_json, needs_torch2, run_program
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "accelerator_on_sim.py")
 
@@ -171,6 +171,7 @@ def test_summary_without_cards_does_not_count_them(accelerator, gcu):
     gcu.device_count.assert_not_called()
 
 
+@needs_torch2
 def test_on_the_simulated_torch_gcu_2x():
     out = last_json(
         run_program(

@@ -343,13 +343,21 @@ def run_mmcv_sync_bn(rank, world):
     return out
 
 
+#: Why a case cannot run on this torch (None: it can).
+def unsupported(case):
+    if case.get("dtype", "float32") != "float32" and torch.__version__.startswith("1."):
+        return "torch 1.10's CPU has no half-precision batch_norm for the reference"
+    return None
+
+
 def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     torch.set_num_threads(1)
     results = {}
     for case in CASES[world]:
-        results[case["name"]] = run_case(case, rank, world)
+        if unsupported(case) is None:
+            results[case["name"]] = run_case(case, rank, world)
     if world == 2:
         results["mmseg_resnet"] = run_mmseg_resnet(rank, world)
         results["mmcv_sync_bn"] = run_mmcv_sync_bn(rank, world)

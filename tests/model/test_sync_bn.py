@@ -35,8 +35,8 @@ from mmgcu.model.sync_bn import (
     convert_gcu_sync_batchnorm,
     revert_gcu_sync_batchnorm,
 )
-from tests.conftest import REPO, clean_env, free_port, last_json
-from tests.model.sync_bn_ranks import CASES, STEPS, rel_err
+from tests.conftest import REPO, SIM_APIS, clean_env, free_port, last_json
+from tests.model.sync_bn_ranks import CASES, STEPS, rel_err, unsupported
 from tests.sim.helpers import DEVICE_TYPE
 from tests.sim.helpers import run_ranks as run_sim_ranks
 
@@ -104,6 +104,8 @@ def worst(world_size, case, key):
     ids=[f"{w}ranks-{c['name']}" for w in sorted(CASES) for c in CASES[w]],
 )
 def test_matches_batchnorm_over_all_ranks(world_size, case):
+    if unsupported(case):
+        pytest.skip(unsupported(case))
     name = case["name"]
     keys = ["output", "grad_input", "eval_output"]
     if case.get("affine", True):
@@ -305,10 +307,15 @@ def test_no_host_reads_on_cpu_tensors(momentum):
 
 @pytest.mark.parametrize("momentum", [0.1, None])
 @pytest.mark.parametrize("shape", [(2, 4, 3, 3), (0, 4, 3, 3), (3, 4)])
+@pytest.mark.skipif(
+    torch.__version__.startswith("1."),
+    reason="torch 1.10's meta backend has no torch.cat; there the simulated-card test counts "
+    "the host reads instead",
+)
 def test_no_host_reads_on_the_meta_device(shape, momentum):
     # Meta tensors hold no values: item(), bool(), float() and .cpu() all raise on them.
     stock = nn.BatchNorm2d(4, momentum=None).to("meta")
-    with pytest.raises(RuntimeError, match="meta"):
+    with pytest.raises((RuntimeError, NotImplementedError), match="[Mm]eta"):  # 1.10: NotImpl.
         stock(torch.empty(2, 4, 3, 3, device="meta"))
 
     layer = GCUSyncBatchNorm(4, momentum=momentum, card_group=Twin()).to("meta")
@@ -444,7 +451,7 @@ SIM_WORKER = os.path.join(
 )
 
 
-@pytest.mark.parametrize("api", ["gcu2", "gcu1"])
+@pytest.mark.parametrize("api", SIM_APIS)
 def test_runs_on_simulated_cards_over_eccl(api):
     outs = run_sim_ranks(SIM_WORKER, MMGCU_SIMULATE=2, MMGCU_SIMULATE_API=api)
     for rank, out in enumerate(outs):
@@ -452,3 +459,4 @@ def test_runs_on_simulated_cards_over_eccl(api):
         assert out["device"] == card
         assert out["calls"] == [card] * 4  # forward and backward of two steps, on the card
         assert out["err"] < 1e-5
+        assert out["host_reads"] == 0  # a lazy card would wait for each one

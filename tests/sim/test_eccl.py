@@ -2,10 +2,11 @@
 
 import pytest
 
-from tests.sim.helpers import APIS, DEVICE_TYPE, run_ranks
+from tests.conftest import SIM_APIS
+from tests.sim.helpers import DEVICE_TYPE, run_ranks
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", SIM_APIS)
 def test_collectives_and_ddp(api):
     outs = run_ranks("eccl_worker", MMGCU_SIMULATE=2, MMGCU_SIMULATE_API=api)
     kind = DEVICE_TYPE[api]
@@ -27,7 +28,7 @@ def test_collectives_and_ddp(api):
     assert outs[0]["checksum"] == outs[1]["checksum"]  # ... and ended identical
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", SIM_APIS)
 def test_bare_eccl_refuses_cpu_tensors(api):
     outs = run_ranks("bare_eccl", MMGCU_SIMULATE=2, MMGCU_SIMULATE_API=api)
     for rank, out in enumerate(outs):

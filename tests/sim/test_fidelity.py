@@ -2,11 +2,11 @@
 
 import pytest
 
-from tests.conftest import last_json
-from tests.sim.helpers import APIS, DEVICE_TYPE, program, run_program, run_sim, sim_json
+from tests.conftest import SIM_APIS, last_json
+from tests.sim.helpers import DEVICE_TYPE, program, run_program, run_sim, sim_json
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", SIM_APIS)
 def test_a_module_trains_on_card_3(api):
     out = sim_json("train_step", api=api, cards=8)
     card = f"{DEVICE_TYPE[api]}:3"
@@ -34,7 +34,7 @@ def test_a_module_trains_on_card_3(api):
     assert out["cuda_available"] is False
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", SIM_APIS)
 def test_memory_counters_are_true(api):
     out = sim_json("memory_counters", api=api, cards=8)
     zeros = [0] * 7
@@ -61,7 +61,7 @@ def load_without_simulator(path):
     return last_json(run_program(program("load_plain"), path).stdout)
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", SIM_APIS)
 def test_a_checkpoint_of_card_tensors_loads_without_the_simulator(api, tmp_path):
     path = tmp_path / "ckpt.pth"
     saved = sim_json("save_on_card", path, api=api, cards=4)
@@ -81,7 +81,7 @@ def test_a_checkpoint_of_card_tensors_loads_without_the_simulator(api, tmp_path)
     assert loaded["leaked"] == []
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", SIM_APIS)
 def test_a_card_tensor_moves_back_to_the_cpu(api):
     # Regression: _to_copy with a device kwarg once raised "got multiple values for 'device'".
     out = sim_json("to_cpu", api=api, cards=8)

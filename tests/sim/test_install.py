@@ -80,16 +80,6 @@ def test_import_mmgcu_installs_only_when_asked(cards):
     assert out == {"cards": int(cards) if cards else None}
 
 
-COUNT = """
-import json
-
-import mmgcu  # installs the simulated torch_gcu from MMGCU_SIMULATE
-from mmgcu.device import select_accelerator
-
-print(json.dumps(select_accelerator().device_count()))
-"""
-
-
 @pytest.mark.parametrize(
     "env, count",
     [
@@ -100,5 +90,5 @@ print(json.dumps(select_accelerator().device_count()))
     ],
 )
 def test_visible_device_variables_limit_the_simulated_cards(env, count):
-    out = last_json(run_python(COUNT, MMGCU_SIMULATE=8, **env).stdout)
+    out = sim_json("card_count", cards=8, **env)
     assert out == count

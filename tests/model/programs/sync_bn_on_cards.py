@@ -11,7 +11,7 @@ import os
 
 import torch
 
-import mmgcu  # noqa: F401  (installs the simulated torch_gcu)
+import mmgcu  # (installs the simulated torch_gcu)
 from mmgcu.device import CardGroup, select_accelerator
 from mmgcu.model.sync_bn import GCUSyncBatchNorm
 
@@ -46,7 +46,7 @@ def main() -> None:
     ref = torch.nn.BatchNorm2d(4)
     layer = GCUSyncBatchNorm(4, card_group=group).to(card)
     lo, hi = sum(BATCHES[:rank]), sum(BATCHES[: rank + 1])
-    err = 0.0
+    err, host_reads = 0.0, 0
     for step in range(2):
         g = torch.Generator().manual_seed(step)
         xs = torch.randn(sum(BATCHES), 4, 5, 5, generator=g) * 2 + 1
@@ -55,8 +55,11 @@ def main() -> None:
         y_ref = ref(x_ref)
         y_ref.backward(gy)
         x = xs[lo:hi].to(card).requires_grad_()
+        dy = gy[lo:hi].to(card)
+        reads = mmgcu.sim.state.host_reads()
         y = layer(x)
-        y.backward(gy[lo:hi].to(card))
+        y.backward(dy)
+        host_reads += mmgcu.sim.state.host_reads() - reads
         calls = len(group.calls)
         weight_grad = layer.weight.grad.clone()
         group.all_reduce(weight_grad)  # the sum over ranks of the local weight gradients
@@ -69,7 +72,8 @@ def main() -> None:
             rel_err(layer.running_var, ref.running_var),
         )
         layer.weight.grad = ref.weight.grad = None
-    print(json.dumps({"err": err, "calls": group.calls, "device": str(y.device)}))
+    out = {"err": err, "calls": group.calls, "device": str(y.device), "host_reads": host_reads}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

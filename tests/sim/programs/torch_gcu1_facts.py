@@ -348,10 +348,13 @@ def _setup_distributed(tg):
 
     import torch.distributed as dist
 
+    from mmgcu.device.gcu1 import eccl_init_method
+
     timeout = datetime.timedelta(seconds=60)
     dist.init_process_group("gloo", timeout=timeout)
     tg.set_device(int(os.environ["LOCAL_RANK"]))
-    tg.distributed.init_process_group("eccl", timeout=timeout, group_name="facts_eccl")
+    url = eccl_init_method(dist)  # off torchrun's agent store, MASTER_PORT is torch's
+    tg.distributed.init_process_group("eccl", url, timeout=timeout, group_name="facts_eccl")
 
 
 def main() -> None:
