@@ -23,14 +23,16 @@ def program(name):
     return os.path.join(PROGRAMS, f"{name}.py")
 
 
-def run_sim(name, *args, api="gcu2", cards=8, timeout=300, check=True, **env):
-    """Run program ``name`` with ``MMGCU_SIMULATE=cards`` and ``MMGCU_SIMULATE_API=api``."""
+def run_sim(name, *args, api=None, cards=8, timeout=300, check=True, **env):
+    """Run program ``name`` with ``MMGCU_SIMULATE=cards`` and ``MMGCU_SIMULATE_API=api``
+    (None: the simulator's default for this torch)."""
     env.setdefault("MMGCU_SIMULATE", cards)
-    env.setdefault("MMGCU_SIMULATE_API", api)
+    if api is not None:
+        env.setdefault("MMGCU_SIMULATE_API", api)
     return run_program(program(name), *args, timeout=timeout, check=check, **env)
 
 
-def sim_json(name, *args, api="gcu2", cards=8, **env):
+def sim_json(name, *args, api=None, cards=8, **env):
     """Run program ``name`` on the simulator and return the last JSON line it printed."""
     return last_json(run_sim(name, *args, api=api, cards=cards, **env).stdout)
 

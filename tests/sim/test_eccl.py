@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import SIM_APIS
+from tests.conftest import SIM_APIS, needs_torch2
 from tests.sim.helpers import DEVICE_TYPE, run_ranks
 
 
@@ -37,6 +37,7 @@ def test_bare_eccl_refuses_cpu_tensors(api):
         assert out["cpu"] is not None and "ECCL carries only GCU tensors" in out["cpu"]
 
 
+@needs_torch2
 def test_exit_without_destroying_the_group_is_clean():
     """Before the fake ECCL released its gloo at exit, ~1 process in 4 aborted here."""
     for _ in range(6):  # each rank exits non-zero (SIGABRT) if teardown aborts

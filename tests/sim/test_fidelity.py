@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import SIM_APIS, last_json
+from tests.conftest import SIM_APIS, TORCH_1, last_json, needs_torch2
 from tests.sim.helpers import DEVICE_TYPE, program, run_program, run_sim, sim_json
 
 
@@ -63,6 +63,11 @@ def load_without_simulator(path):
 
 @pytest.mark.parametrize("api", SIM_APIS)
 def test_a_checkpoint_of_card_tensors_loads_without_the_simulator(api, tmp_path):
+    if api == "gcu1" and TORCH_1:
+        pytest.skip(
+            "torch 1.10 pickles an xla tensor through numpy with its card's name, which plain "
+            "torch cannot rebuild (test_torch_gcu1.py checks it; mmgcu saves CPU tensors)"
+        )
     path = tmp_path / "ckpt.pth"
     saved = sim_json("save_on_card", path, api=api, cards=4)
     assert saved["devices"] == [f"{DEVICE_TYPE[api]}:2"] * 3
@@ -93,12 +98,14 @@ def test_a_card_tensor_moves_back_to_the_cpu(api):
     }
 
 
+@needs_torch2
 def test_torch_manual_seed_seeds_the_cards():
     # Regression: torch.manual_seed -> torch.gcu.manual_seed_all -> torch.manual_seed recursed.
     out = sim_json("seeds", api="gcu2", cards=2)
     assert out["a"] == out["b"] != out["c"]
 
 
+@needs_torch2
 @pytest.mark.parametrize("make", ["empty", "to"])
 def test_a_tensor_on_a_missing_card_is_refused(make):
     proc = run_sim("missing_card", make, api="gcu2", cards=3, check=False)
@@ -106,6 +113,7 @@ def test_a_tensor_on_a_missing_card_is_refused(make):
     assert "invalid" in proc.stderr
 
 
+@needs_torch2
 def test_resize_and_out_on_a_card():
     out = sim_json("resize_and_out", api="gcu2", cards=2)
     assert out["resized"] == [1024]

@@ -12,7 +12,7 @@ out = {
     "requested": mmgcu.sim.requested(),
     "installed": mmgcu.sim.is_installed(),
     "in_modules": "torch_gcu" in sys.modules,
-    "backend_name": torch._C._get_privateuse1_backend_name(),
+    "backend_name": getattr(torch._C, "_get_privateuse1_backend_name", lambda: None)(),
     "torch_gcu_attr": hasattr(torch, "gcu"),
 }
 try:

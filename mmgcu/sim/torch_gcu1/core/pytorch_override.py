@@ -29,6 +29,11 @@ def _rebuild_device_tensor_from_numpy_gcu(data, dtype, device, requires_grad):
     return tensor
 
 
+# torch 1.10 pickles the rebuild function by name: under its real module name a checkpoint
+# opens only where torch_gcu is importable, as a real 1.x checkpoint does.
+_rebuild_device_tensor_from_numpy_gcu.__module__ = "torch_gcu.core.pytorch_override"
+
+
 def install() -> None:
     torch.Tensor.is_gcu = is_gcu
     torch._utils._rebuild_device_tensor_from_numpy = _rebuild_device_tensor_from_numpy_gcu
