@@ -10,6 +10,7 @@ that failed first. Everything else is mmengine's.
 """
 
 import contextlib
+import inspect
 import os
 import os.path as osp
 import time
@@ -22,6 +23,8 @@ from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, LOG_PROCESSORS, LOOPS, MODEL_WRAPPERS, OPTIM_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
+from . import sim
+from .checkpoint_globals import mmengine_checkpoint_globals
 from .counterparts import Counterparts
 from .device import GCUError, select_accelerator
 from .dist import init_distributed, lost_peer
@@ -39,21 +42,22 @@ from .model.wrappers import ddp_config
 from .optim.wrappers import CardStep
 
 _GCU_DDP = (GCUDistributedDataParallel, GCU1DistributedDataParallel)
+_TORCH_DDP = torch.nn.parallel.DistributedDataParallel
 
 
-@contextlib.contextmanager
-def _full_unpickling():
-    """torch.load as before torch 2.6 (no-op there), for the duration of the block."""
-    name = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
-    previous = os.environ.get(name)
-    os.environ[name] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = previous
+def _buffer_sync_name(cfg: dict) -> dict:
+    """``broadcast_buffers`` as ``forward_sync_buffers`` where torch's DDP takes the new name.
+
+    mmengine's default and gcu_runtime.py pass ``broadcast_buffers=False`` (no buffer
+    broadcast each forward); torch >= 2.13 deprecates that name with a FutureWarning per
+    rank. Its replacement still syncs buffers once at construction, which changes nothing
+    here: every rank builds the model from the same seed.
+    """
+    takes = inspect.signature(_TORCH_DDP.__init__).parameters
+    if "broadcast_buffers" in cfg and "forward_sync_buffers" in takes:
+        cfg = dict(cfg)
+        cfg["forward_sync_buffers"] = cfg.pop("broadcast_buffers")
+    return cfg
 
 
 @RUNNERS.register_module()
@@ -104,6 +108,20 @@ class GCURunner(Runner):
         # The rest is mmengine's: multiprocessing, timestamp broadcast, rlimit.
         super().setup_env(env_cfg)
 
+    def _log_env(self, env_cfg: dict) -> None:
+        """mmengine's environment header, then a line of what mmgcu really set up: the
+        header counts ranks as 'GPU number' and repeats dist_cfg as the config wrote it."""
+        super()._log_env(env_cfg)
+        facts = self.accelerator.summary()
+        backend = (env_cfg.get("dist_cfg") or {}).get("backend")
+        groups = facts["process_groups"] if self.distributed else "none (one process)"
+        said = f" (what dist_cfg.backend={backend!r} means here)" if self.distributed else ""
+        self.logger.info(
+            f"mmgcu: the {self.world_size} rank(s) of 'GPU number' run on "
+            f"{'SIMULATED ' if sim.is_installed() else ''}{facts['kind']} "
+            f"({facts['description']}); process groups: {groups}{said}"
+        )
+
     def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):
         """mmengine's seeding, plus the cards' generators (torch_gcu 1.x needs its own)."""
         super().set_randomness(seed, diff_rank_seed=diff_rank_seed, deterministic=deterministic)
@@ -127,6 +145,8 @@ class GCURunner(Runner):
             )
         cfg = ddp_config(model_wrapper_cfg, self.accelerator, self.card)
         cfg = self.counterparts.resolve(cfg, MODEL_WRAPPERS, default="MMDistributedDataParallel")
+        if isinstance(cfg["type"], type) and issubclass(cfg["type"], _TORCH_DDP):
+            cfg = _buffer_sync_name(cfg)
         return MODEL_WRAPPERS.build(cfg, default_args=self._wrapper_args(cfg["type"], model))
 
     def _wrapper_args(self, wrapper: type, model: torch.nn.Module) -> dict:
@@ -209,11 +229,11 @@ class GCURunner(Runner):
     def load_checkpoint(self, filename, *args, **kwargs):
         """mmengine's loading of the checkpoint the config names (``load_from``/``resume``).
 
-        mmengine 0.10.7 calls ``torch.load`` without ``weights_only``; torch >= 2.6 then
-        refuses its checkpoints (they pickle a HistoryBuffer and numpy objects). This
-        keeps mmengine's trust in the user's own checkpoint, for these loads only.
+        torch >= 2.6 refuses globals it does not know, and mmengine 0.10.7 checkpoints
+        pickle a HistoryBuffer and numpy objects: exactly those are allow-listed for this
+        load (:mod:`mmgcu.checkpoint_globals`).
         """
-        with _full_unpickling():
+        with mmengine_checkpoint_globals(filename):
             return super().load_checkpoint(filename, *args, **kwargs)
 
     @master_only
