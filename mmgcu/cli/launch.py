@@ -175,21 +175,20 @@ def rendezvous(env: Dict[str, str]) -> List[str]:
     ]
 
 
-def worker_env(env: Dict[str, str], nproc: int) -> Dict[str, str]:
+def worker_env(env: Dict[str, str]) -> Dict[str, str]:
     """The workers' environment: this checkout importable, one thread each.
 
     In a checkout (not an installed mmgcu) its root goes first on PYTHONPATH, so that
-    ``custom_imports=['mmgcu']`` imports this mmgcu. With several ranks, OMP and MKL get
-    the one thread per process that torchrun and mmengine would set, without the notice
-    each of them prints (torchrun once, mmengine once per rank).
+    ``custom_imports=['mmgcu']`` imports this mmgcu. OMP and MKL get the one thread per
+    process that mmengine sets for every distributed run anyway (and torchrun for OMP),
+    without the notice each of them prints (mmengine once per rank).
     """
     env = dict(env)
     if osp.isfile(osp.join(PACKAGE_PARENT, "setup.py")):
         rest = env.get("PYTHONPATH")
         env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + rest if rest else "")
-    if nproc > 1:
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault("MKL_NUM_THREADS", env["OMP_NUM_THREADS"])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", env["OMP_NUM_THREADS"])
     return env
 
 
@@ -221,7 +220,7 @@ def plan(mode: str, config: str, rest: List[str], env: Dict[str, str], prog: str
     command = [sys.executable, "-m", "torch.distributed.run", *rendezvous(env)]
     command += [f"--nproc_per_node={nproc}", *target, *head, *script_args, "--launcher", "pytorch"]
     summary = f"{nproc} process(es), one per card ({source}), running {' '.join(target)}"
-    return command, worker_env(env, nproc), summary
+    return command, worker_env(env), summary
 
 
 def run(args) -> int:

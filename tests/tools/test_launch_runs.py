@@ -111,7 +111,7 @@ def joined(work_dir, world):
     """Whether rank 0's log file (written line by line) shows the process group formed."""
     for log in glob.glob(os.path.join(str(work_dir), "*", "*.log")):
         with open(log) as f:
-            if f"mmgcu: rank 0 of {world} on" in f.read():
+            if f"mmgcu: the {world} rank(s) of 'GPU number'" in f.read():
                 return True
     return False
 
