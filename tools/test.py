@@ -8,13 +8,12 @@ mmseg 1.2.2's own tools/test.py ignores ``runner_type``; this runs
         [--tta] [--cfg-options k=v ...] [--launcher none|pytorch|slurm|mpi]
 """
 
-import importlib.util
 import os.path as osp
 import sys
 
 if __name__ == "__main__":
-    if importlib.util.find_spec("mmgcu") is None:  # neither installed nor on PYTHONPATH
-        sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+    # This checkout's mmgcu, as tools/dist_test.sh gives its workers.
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
     from mmgcu.cli.test_entry import main
 
     main()
