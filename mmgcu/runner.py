@@ -117,9 +117,9 @@ class GCURunner(Runner):
         groups = facts["process_groups"] if self.distributed else "none (one process)"
         said = f" (what dist_cfg.backend={backend!r} means here)" if self.distributed else ""
         self.logger.info(
-            f"mmgcu: the {self.world_size} rank(s) of 'GPU number' run on "
-            f"{'SIMULATED ' if sim.is_installed() else ''}{facts['kind']} "
-            f"({facts['description']}); process groups: {groups}{said}"
+            f"mmgcu: the {self.world_size} rank(s) of 'GPU number' run on {facts['kind']} "
+            f"({'SIMULATED ' if sim.is_installed() else ''}{facts['description']}); "
+            f"process groups: {groups}{said}"
         )
 
     def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):

@@ -114,7 +114,7 @@ def summary(runner, everyone) -> str:
     cast = getattr(optim, "cast_dtype", None)
     simulated = "SIMULATED " if sim.is_installed() else ""
     lines = [
-        f"mmgcu: {simulated}{facts['kind']} ({facts['description']}); card tensors over {group}; "
+        f"mmgcu: {facts['kind']} ({simulated}{facts['description']}); card tensors over {group}; "
         f"{_sync_bn(model)}; optimizer wrapper {precision}{f' ({cast})' if cast else ''}; "
         f"memory column: {facts['memory']}",
     ]
