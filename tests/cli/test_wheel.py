@@ -73,7 +73,7 @@ def make_venv(wheel: str, tmp) -> str:
     """A fresh venv with torch, mmcv (ops), mmengine, mmseg, then the wheel alone."""
     shutil.rmtree(VENV, ignore_errors=True)
     ok(run([sys._base_executable, "-m", "venv", VENV], tmp))
-    pip = [osp.join(VENV, "bin", "python"), "-m", "pip", "install", "-q"]
+    pip = [osp.join(VENV, "bin", "python"), "-m", "pip", "install", "-q", "--no-compile"]
     # torch 2.13 asks for setuptools>=77, but mmcv 2.1.0's build and mmengine 0.10.7's
     # pkg_resources need setuptools<70: torch goes in without its dependency list.
     ok(run(pip + ["--no-deps", TORCH], tmp))
@@ -119,10 +119,12 @@ def test_train_and_test_on_8_simulated_cards(installed):
         "train_dataloader = dict(dataset=dict(data_root=data_root))\n"
         "val_dataloader = dict(dataset=dict(data_root=data_root))\n"
         "test_dataloader = val_dataloader\n"
+        # mmgcu test validates below: no validation during training.
+        "train_cfg = dict(type='IterBasedTrainLoop', max_iters=4, val_interval=100)\n"
     )
     out = ok(run([mmgcu, "train", cfg, "--work-dir", tmp / "work"], tmp, MMGCU_SIMULATE=8))
     assert "mmgcu train: 8 process(es), one per card (MMGCU_SIMULATE=8" in out
-    assert "Iter(train) [4/4]" in out and "mIoU" in out
+    assert "Iter(train) [4/4]" in out
     ckpt = tmp / "work" / "iter_4.pth"
     assert ckpt.exists()
     out = ok(run([mmgcu, "test", cfg, ckpt, "--work-dir", tmp / "test"], tmp, MMGCU_SIMULATE=8))
