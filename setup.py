@@ -24,7 +24,13 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["mmgcu", "mmgcu.*"]),
-    package_data={"mmgcu.sim": ["csrc/*.cpp", "csrc/*.h"]},
+    # The configs ship in the wheel where OpenMMLab packages keep theirs (.mim/configs; in a
+    # checkout a link to configs/): `mmgcu configs` prints their paths for _base_, and
+    # `mmgcu train NAME` finds them.
+    package_data={
+        "mmgcu": [".mim/configs/*.md", ".mim/configs/**/*.py"],
+        "mmgcu.sim": ["csrc/*.cpp", "csrc/*.h"],
+    },
     python_requires=">=3.8",
     install_requires=read_requirements("runtime.txt"),
     extras_require={

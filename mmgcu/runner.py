@@ -13,7 +13,6 @@ mmengine's.
 """
 
 import contextlib
-import os
 import time
 
 import torch
@@ -25,6 +24,7 @@ from mmengine.registry import HOOKS, LOG_PROCESSORS, LOOPS, MODEL_WRAPPERS, OPTI
 from mmengine.runner import Runner
 
 from .checkpoint import load_problem, resume_target, save_atomically
+from .checkpoint_globals import mmengine_checkpoint_globals
 from .counterparts import Counterparts
 from .device import GCUError, select_accelerator
 from .dist import init_distributed, lost_peer
@@ -40,26 +40,12 @@ from .model import (
     revert_gcu_sync_batchnorm,
 )
 from .model.placement import watch_first_batch
-from .model.wrappers import ddp_config
+from .model.wrappers import ddp_config, torch_ddp_names
 from .optim.wrappers import CardStep
 from .watchdog import NoWatchdog, build_watchdog
 
 _GCU_DDP = (GCUDistributedDataParallel, GCU1DistributedDataParallel)
-
-
-@contextlib.contextmanager
-def _full_unpickling():
-    """torch.load as before torch 2.6 (no-op there), for the duration of the block."""
-    name = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
-    previous = os.environ.get(name)
-    os.environ[name] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = previous
+_TORCH_DDP = torch.nn.parallel.DistributedDataParallel
 
 
 @RUNNERS.register_module()
@@ -134,6 +120,8 @@ class GCURunner(Runner):
             )
         cfg = ddp_config(model_wrapper_cfg, self.accelerator, self.card)
         cfg = self.counterparts.resolve(cfg, MODEL_WRAPPERS, default="MMDistributedDataParallel")
+        if isinstance(cfg["type"], type) and issubclass(cfg["type"], _TORCH_DDP):
+            cfg = torch_ddp_names(cfg)
         return MODEL_WRAPPERS.build(cfg, default_args=self._wrapper_args(cfg["type"], model))
 
     def _wrapper_args(self, wrapper, model: torch.nn.Module) -> dict:
@@ -234,14 +222,14 @@ class GCURunner(Runner):
         """mmengine's loading of the checkpoint the config names (``load_from``/``resume``),
         after a check that names a damaged file (one message, rank 0's).
 
-        mmengine 0.10.7 calls ``torch.load`` without ``weights_only``; torch >= 2.6 then
-        refuses its checkpoints (they pickle a HistoryBuffer and numpy objects). This
-        keeps mmengine's trust in the user's own checkpoint, for these loads only.
+        torch >= 2.6 refuses globals it does not know, and mmengine 0.10.7 checkpoints
+        pickle a HistoryBuffer and numpy objects: exactly those are allow-listed for this
+        load (:mod:`mmgcu.checkpoint_globals`).
         """
         problem = load_problem(filename, self.work_dir)
         if problem:
             stop_every_rank(problem, self.rank, self.world_size, self.peer_loss_grace_s)
-        with _full_unpickling():
+        with mmengine_checkpoint_globals(filename):
             return super().load_checkpoint(filename, *args, **kwargs)
 
     def save_checkpoint(self, out_dir, filename, *args, **kwargs):

@@ -3,8 +3,11 @@
     data_root/img_dir/{train,val}/NNN.png   RGB images
     data_root/ann_dir/{train,val}/NNN.png   label maps (class ids 0..C-1)
 
-Each image is a few rectangles of class-specific colour plus noise, so a model can learn
-something in a few iterations and the validation mIoU is a real number.
+Each image is a few rectangles of class-specific colour plus noise on a dark background:
+a task a small model learns in tens of iterations (``make demo``), so the validation mIoU
+says whether training works. Rectangles span a fifth to five eighths of the image side, so
+background is about two thirds of the pixels: predicting background everywhere scores an
+mIoU of about 17 on four classes. The same seed writes the same files.
 """
 
 import argparse
@@ -21,8 +24,8 @@ def make_sample(rng: np.random.Generator, size: int, classes: int):
     label = np.zeros((size, size), np.uint8)
     for _ in range(3):
         c = int(rng.integers(1, classes))
-        y, x = rng.integers(0, size - 8, 2)
-        h, w = rng.integers(8, size // 2, 2)
+        y, x = rng.integers(0, size - size // 5, 2)
+        h, w = rng.integers(size // 5, size * 5 // 8, 2)
         label[y : y + h, x : x + w] = c
     image = COLOURS[label % len(COLOURS)].astype(np.int16)
     image += rng.integers(-20, 21, image.shape, dtype=np.int16)
@@ -30,9 +33,9 @@ def make_sample(rng: np.random.Generator, size: int, classes: int):
 
 
 def write_dataset(
-    root: str, train: int = 16, val: int = 16, size: int = 64, classes: int = 4, seed: int = 0
+    root: str, train: int = 64, val: int = 16, size: int = 64, classes: int = 4, seed: int = 0
 ) -> str:
-    """Write the dataset under ``root`` (skipped when it is already complete)."""
+    """Write the dataset under ``root`` (files already there are overwritten)."""
     rng = np.random.default_rng(seed)
     for split, count in (("train", train), ("val", val)):
         img_dir = osp.join(root, "img_dir", split)
@@ -49,7 +52,7 @@ def write_dataset(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", help="where to write the dataset (e.g. data/synthetic)")
-    parser.add_argument("--train", type=int, default=16)
+    parser.add_argument("--train", type=int, default=64)
     parser.add_argument("--val", type=int, default=16)
     parser.add_argument("--size", type=int, default=64)
     args = parser.parse_args()

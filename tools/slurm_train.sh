@@ -22,10 +22,8 @@ usage() {
         "PYTHON, TRAIN_SCRIPT)" >&2
     exit 2
 }
-die() {
-    echo "$NAME: error: $*" >&2
-    exit 1
-}
+# shellcheck source=tools/launch_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 
 [[ $# -ge 3 && $1 != -* && $2 != -* && $3 != -* ]] || usage
 PARTITION=$1
@@ -53,8 +51,6 @@ if [[ -n ${GRES:-} ]]; then
     srun_args=(--gres="$GRES" ${srun_args[@]+"${srun_args[@]}"})
 fi
 
-PYTHON=${PYTHON:-python}
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # The checkout first, so custom_imports=['mmgcu'] works without installing mmgcu; srun
 # passes this environment on to every task.
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
@@ -62,13 +58,10 @@ if [[ -n ${PORT:-} ]]; then
     export MASTER_PORT=$PORT
 fi
 
-if [[ -z ${TRAIN_SCRIPT:-} ]]; then
-    # Resolved here, on the submitting node: slurm nodes share this environment's path.
-    TRAIN_SCRIPT=$("$PYTHON" -c 'import importlib.util as u, os
-print(os.path.join(os.path.dirname(u.find_spec("mmseg").origin), ".mim", "tools", "train.py"))') ||
-        die "mmseg is not importable by '$PYTHON'; install mmsegmentation or set TRAIN_SCRIPT"
-fi
-[[ -f $TRAIN_SCRIPT ]] || die "training script not found: $TRAIN_SCRIPT (set TRAIN_SCRIPT)"
+# Resolved here, on the submitting node (slurm nodes share this environment's path), by
+# mmgcu train's own lookup: TRAIN_SCRIPT, else mmseg's tools/train.py; it says what is
+# missing when this python has no mmseg.
+TRAIN_SCRIPT=$("$PYTHON" "$REPO/mmgcu/cli/launch.py" --prog "$NAME" --train-script) || exit 1
 
 # exec: srun takes this shell's place, so signals reach srun, which cancels only this job's
 # tasks (--kill-on-bad-exit: one failed task ends the others). Nothing is killed by name.

@@ -1,8 +1,11 @@
-"""The ``mmgcu`` command: ``mmgcu env`` reports a machine, ``mmgcu check`` proves it trains.
+"""The ``mmgcu`` command: report, check, train and test on the GCU cards of a node.
 
-Modelled on ``accelerate env`` / ``accelerate test``. The subcommand modules import only
-the standard library at the top, so building the parser stays cheap; torch, mmengine and
-the device layer are imported when a subcommand runs.
+``mmgcu env`` reports a machine and ``mmgcu check`` proves it trains (modelled on
+``accelerate env`` / ``accelerate test``); ``mmgcu train`` and ``mmgcu test`` run mmseg's
+training and mmgcu's test entry on every card under torchrun (as ``mim train``/``mim test``
+do); ``mmgcu configs`` says where the shipped configs are. The subcommand modules import
+only the standard library at the top, so building the parser stays cheap; torch, mmengine
+and the device layer are imported when a subcommand runs.
 """
 
 import argparse
@@ -14,17 +17,19 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``mmgcu`` parser with its ``env`` and ``check`` subcommands."""
-    from . import check, env
+    """The ``mmgcu`` parser with its subcommands."""
+    from . import check, configs, env, launch
 
     parser = argparse.ArgumentParser(
         prog="mmgcu",
-        description="Report and check an Enflame GCU machine for OpenMMLab training.",
+        description="Report, check, train and test on the Enflame GCU cards of this node.",
     )
     parser.add_argument("--version", action="version", version=f"mmgcu {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{env,check}")
+    sub = parser.add_subparsers(dest="command", metavar="{env,check,train,test,configs}")
     env.add_parser(sub)
     check.add_parser(sub)
+    launch.add_parsers(sub)
+    configs.add_parser(sub)
     return parser
 
 

@@ -29,7 +29,7 @@ KILL_GRACE_S = 10.0
 
 
 def add_parser(sub) -> None:
-    from ..device import GENERATIONS
+    from ..device import ALIASES, DEVICES
 
     parser = sub.add_parser(
         "check",
@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--steps", type=int, default=3, help="DDP steps to compare (default 3)")
     parser.add_argument(
         "--device",
-        choices=GENERATIONS,
+        choices=DEVICES + tuple(ALIASES),
         default="auto",
         help="the device generation, as env_cfg.device (default: auto-detect)",
     )

@@ -62,10 +62,12 @@ def read_results(out: str) -> Dict[int, dict]:
     return results
 
 
-def check_collectives(dist, device, group, rank: int, world: int) -> None:
+def check_collectives(card_dist, dist, device, group, rank: int, world: int) -> None:
     """all_reduce, broadcast and all_gather on card tensors; all_gather_object on CPU.
 
-    Every rank checks its own values, then the ranks swap their findings with
+    ``card_dist`` and ``group`` carry card tensors (torch_gcu 1.x: torch_gcu.distributed,
+    a world of its own); ``dist`` is torch.distributed, whose default group carries the
+    CPU objects. Every rank checks its own values, then the ranks swap their findings with
     all_gather_object, so each one can name every rank that got a wrong value.
     """
     import torch
@@ -81,16 +83,16 @@ def check_collectives(dist, device, group, rank: int, world: int) -> None:
             wrong.append([op, f"rank {rank} got {got.tolist()}, expected {value}"])
 
     t = torch.full((4,), float(rank + 1), device=device)
-    dist.all_reduce(t, group=group)
+    card_dist.all_reduce(t, group=group)
     expect("all_reduce(sum)", t, world * (world + 1) / 2)
 
     src = world - 1  # a root other than rank 0, where there is one
     t = torch.full((4,), float(rank + 1 if rank == src else -1), device=device)
-    dist.broadcast(t, src=src, group=group)
+    card_dist.broadcast(t, src=src, group=group)
     expect(f"broadcast(from rank {src})", t, float(src + 1))
 
     outs = [torch.zeros(4, device=device) for _ in range(world)]
-    dist.all_gather(outs, torch.full((4,), float(rank + 1), device=device), group=group)
+    card_dist.all_gather(outs, torch.full((4,), float(rank + 1), device=device), group=group)
     for i, o in enumerate(outs):
         expect(f"all_gather(slot {i})", o, float(i + 1))
 
@@ -122,20 +124,34 @@ def _model(torch):
     )
 
 
-def _train(torch, backend, model, x, y, steps: int) -> None:
+def _train(torch, accelerator, model, x, y, steps: int) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     for _ in range(steps):
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
-        backend.optimizer_step(optimizer, tensors=[loss], model=model)
+        accelerator.optimizer_step(optimizer, model=model, loss=loss)
 
 
 def _flat(torch, model):
     return torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()])
 
 
-def check_ddp(dist, backend, device, rank: int, world: int, steps: int) -> Optional[float]:
+def _ddp(accelerator, model):
+    """The accelerator's DDP wrapper around ``model``, as ``GCURunner.wrap_model`` builds it.
+
+    The model has no buffers, so no buffer-sync option is passed (torch >= 2.13 warns about
+    ``broadcast_buffers``).
+    """
+    from ..model import GCU1DistributedDataParallel, GCUDistributedDataParallel
+
+    wrapper = (
+        GCU1DistributedDataParallel if accelerator.kind == "gcu1" else GCUDistributedDataParallel
+    )
+    return wrapper(model, accelerator=accelerator)
+
+
+def check_ddp(dist, accelerator, device, rank: int, world: int, steps: int) -> Optional[float]:
     """Train ``steps`` DDP steps on this rank's shard; rank 0 returns the max difference.
 
     The weights of every rank are compared with the same steps on one card (rank 0's)
@@ -145,8 +161,7 @@ def check_ddp(dist, backend, device, rank: int, world: int, steps: int) -> Optio
 
     import torch
 
-    from ..model import GCUDistributedDataParallel
-    from ..model.wrappers import misplaced
+    from ..model.placement import misplaced
 
     model = _model(torch)
     single = copy.deepcopy(model) if rank == 0 else None
@@ -155,8 +170,8 @@ def check_ddp(dist, backend, device, rank: int, world: int, steps: int) -> Optio
     y = torch.randn(ROWS_PER_RANK * world, OUTPUTS, generator=gen)
     shard = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
 
-    ddp = GCUDistributedDataParallel(model.to(device), broadcast_buffers=False)
-    _train(torch, backend, ddp, x[shard].to(device), y[shard].to(device), steps)
+    ddp = _ddp(accelerator, model.to(device))
+    _train(torch, accelerator, ddp, x[shard].to(device), y[shard].to(device), steps)
     wrong = misplaced(ddp.module, device)
     if wrong:
         shown = ", ".join(f"{n} on {d}" for n, d in wrong[:5])
@@ -165,7 +180,7 @@ def check_ddp(dist, backend, device, rank: int, world: int, steps: int) -> Optio
     max_diff = None
     if rank == 0:
         single = single.to(device)
-        _train(torch, backend, single, x.to(device), y.to(device), steps)
+        _train(torch, accelerator, single, x.to(device), y.to(device), steps)
         reference = _flat(torch, single)
     weights = [None] * world
     dist.all_gather_object(weights, _flat(torch, ddp.module))
@@ -185,27 +200,28 @@ def check_ddp(dist, backend, device, rank: int, world: int, steps: int) -> Optio
 
 
 def run_checks(args, report: Report) -> dict:
-    """Card, group, collectives, DDP; returns what the launcher's summary line needs."""
+    """Card, groups, collectives, DDP; returns what the launcher's summary line needs."""
     import torch.distributed as dist
 
     from .. import sim
-    from ..device import get_backend
-    from ..dist import device_group, init_distributed
+    from ..device import select_accelerator
+    from ..dist import init_distributed
 
     rank, world = dist_env()
-    backend = get_backend(args.device)
-    report.update(phase="init", generation=backend.name)
-    card = init_distributed(backend, "pytorch", timeout=args.timeout)
-    device = backend.device(card)
+    accelerator = select_accelerator(args.device)
+    report.update(phase="init", generation=accelerator.kind)
+    card = init_distributed(accelerator, "pytorch", timeout=args.timeout)
+    device = accelerator.device(card)
     report.update(phase="collectives", device=str(device))
-    check_collectives(dist, device, device_group(), rank, world)
+    group = accelerator.card_group
+    check_collectives(group.dist, dist, device, group.group, rank, world)
     report.update(phase="ddp")
-    max_diff = check_ddp(dist, backend, device, rank, world, args.steps)
+    max_diff = check_ddp(dist, accelerator, device, rank, world, args.steps)
     return dict(
         max_diff=max_diff,
-        is_gcu=backend.is_gcu,
-        device_type=backend.device_type,
-        dist_backend=backend.facts()["dist_backend"],
+        is_gcu=accelerator.is_gcu,
+        device_type=accelerator.device_type,
+        dist_backend=accelerator.summary()["process_groups"],
         simulated=sim.is_installed(),
     )
 

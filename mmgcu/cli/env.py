@@ -85,30 +85,31 @@ def topsrider_version() -> str:
     return f"not found (no efsmi on PATH, no {TOPSRIDER_ROOT}/*version* file)"
 
 
-def _torch_gcu(backend) -> str:
-    """The backend's description, or why torch_gcu was not found (the fallback says it)."""
-    if backend.is_gcu:
+def _torch_gcu(accelerator) -> str:
+    """The accelerator's description, or why torch_gcu was not found (the fallback says it)."""
+    if accelerator.is_gcu:
         from .. import sim
 
-        return ("SIMULATED " if sim.is_installed() else "") + backend.description
-    base = type(backend).description
-    why = backend.description
+        return ("SIMULATED " if sim.is_installed() else "") + accelerator.description
+    base = type(accelerator).description
+    why = accelerator.description
     if why.endswith("; " + base):
         why = why[: -len(base) - 2]
     return f"not found: {why}"
 
 
-def _cards(backend) -> Dict[str, Any]:
+def _cards(accelerator) -> Dict[str, Any]:
     """Card count and names: from the device layer, else from the ``efsmi`` table."""
     from ..device.cards import count_cards, efsmi_cards
 
     info = OrderedDict()  # type: Dict[str, Any]
-    if backend.is_gcu:
-        count = backend.device_count()
+    if accelerator.is_gcu:
+        count = accelerator.device_count()
         info["cards"] = count
         names = OrderedDict()  # type: Dict[str, list]
         for i in range(count):
-            names.setdefault(str(_safe(lambda i=i: backend.device_name(i))), []).append(str(i))
+            name = str(_safe(lambda i=i: accelerator.device_name(i)))
+            names.setdefault(name, []).append(str(i))
         for name, ids in names.items():
             info[f"GCU {','.join(ids)}"] = name
     else:
@@ -118,30 +119,29 @@ def _cards(backend) -> Dict[str, Any]:
             info["efsmi cards"] = ", ".join(f"{i}: {n}" for i, n in listed)
         else:
             info["cards"] = (
-                f"0 GCU cards (no torch_gcu; efsmi absent or lists none); {backend.name}"
+                f"0 GCU cards (no torch_gcu; efsmi absent or lists none); {accelerator.kind}"
             )
     count, source = count_cards()
     info["cards for launchers"] = f"{count} ({source})"
     return info
 
 
-def _dist(backend) -> Dict[str, Any]:
+def _dist(accelerator) -> Dict[str, Any]:
     from ..device import GCUError
 
     info = OrderedDict()  # type: Dict[str, Any]
-    if not backend.is_gcu:
-        info["ECCL"] = f"not applicable: no GCU ({backend.name})"
+    if not accelerator.is_gcu:
+        info["ECCL"] = f"not applicable: no GCU ({accelerator.kind})"
     else:
         try:
-            backend.check_dist_backend()
+            accelerator.check_collectives()
             info["ECCL"] = "available"
         except GCUError as e:
             why = str(e)
             if why.startswith(ECCL_MISSING):
                 why = why[len(ECCL_MISSING) :]
             info["ECCL"] = f"NOT available: {why}"
-    info["process group"] = backend.default_group_backend
-    info["card-tensor group"] = backend.device_group_backend or "the default group"
+    info["process groups"] = accelerator.summary()["process_groups"]
     eccl = OrderedDict(
         (k, os.environ[k]) for k in sorted(os.environ) if k.startswith(ECCL_PREFIXES)
     )
@@ -156,7 +156,7 @@ def collect_env() -> Dict[str, Any]:
     import mmgcu
 
     from .. import sim
-    from ..device import get_backend
+    from ..device import select_accelerator
 
     info = OrderedDict()  # type: Dict[str, Any]
     if sim.is_installed():
@@ -170,24 +170,24 @@ def collect_env() -> Dict[str, Any]:
     info["platform"] = platform.platform()
     info["torch"] = torch.__version__
     info["torch CUDA build"] = torch.version.cuda or "no (CPU build)"
-    backend = _safe(get_backend)
-    if isinstance(backend, str):  # detection itself failed: report that and the rest
-        info["torch_gcu"] = backend
+    accelerator = _safe(select_accelerator)
+    if isinstance(accelerator, str):  # detection itself failed: report that and the rest
+        info["torch_gcu"] = accelerator
     else:
-        info["torch_gcu"] = _safe(lambda: _torch_gcu(backend))
+        info["torch_gcu"] = _safe(lambda: _torch_gcu(accelerator))
     info["TopsRider / driver"] = _safe(topsrider_version)
     info["mmengine"] = _version("mmengine")
     info["mmcv"] = _version("mmcv")
     info["mmcv ops compiled"] = _mmcv_ops()
     info["mmseg"] = _version("mmseg")
-    if not isinstance(backend, str):
-        fallback = "" if backend.is_gcu else " (fallback)"
-        info["device"] = f"{backend.name}{fallback}: {backend.description}"
-        cards = _safe(lambda: _cards(backend))
+    if not isinstance(accelerator, str):
+        fallback = "" if accelerator.is_gcu else " (fallback)"
+        info["device"] = f"{accelerator.kind}{fallback}: {accelerator.description}"
+        cards = _safe(lambda: _cards(accelerator))
         info.update(cards if isinstance(cards, dict) else {"cards": cards})
     info.update(_visible_vars())
-    if not isinstance(backend, str):
-        dist = _safe(lambda: _dist(backend))
+    if not isinstance(accelerator, str):
+        dist = _safe(lambda: _dist(accelerator))
         info.update(dist if isinstance(dist, dict) else {"ECCL": dist})
     return info
 

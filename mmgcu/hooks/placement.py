@@ -16,6 +16,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.registry import HOOKS
 
+from .. import sim
 from ..device import GCUError, physical_card
 from ..model.placement import misplaced, misplaced_message, watch_late_parameters
 from ..model.sync_bn import GCUSyncBatchNorm
@@ -129,8 +130,9 @@ def summary(runner, everyone) -> str:
     optim = getattr(runner, "optim_wrapper", None)
     precision = type(optim).__name__ if optim is not None and not isinstance(optim, dict) else "-"
     cast = getattr(optim, "cast_dtype", None)
+    simulated = "SIMULATED " if sim.is_installed() else ""
     lines = [
-        f"mmgcu: {facts['kind']} ({facts['description']}); card tensors over {group}; "
+        f"mmgcu: {facts['kind']} ({simulated}{facts['description']}); card tensors over {group}; "
         f"{_sync_bn(model)}; optimizer wrapper {precision}{f' ({cast})' if cast else ''}; "
         f"memory column: {facts['memory']}",
     ]

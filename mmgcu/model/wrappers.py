@@ -13,6 +13,8 @@
 torch's DDP, and checks the config's device arguments first (:func:`ddp_config`).
 """
 
+import inspect
+
 import torch
 from mmengine.dist import get_rank
 from mmengine.model import MMDistributedDataParallel
@@ -40,6 +42,21 @@ def ddp_config(cfg: dict, accelerator: Accelerator, card: int) -> dict:
                 f"one on {accelerator.device(card)}), which one config value cannot name for "
                 f"every rank. Remove {key} from model_wrapper_cfg: mmgcu sets it for every rank."
             )
+    return cfg
+
+
+def torch_ddp_names(cfg: dict) -> dict:
+    """``broadcast_buffers`` as ``forward_sync_buffers`` where torch's DDP takes the new name.
+
+    mmengine's default and gcu_runtime.py pass ``broadcast_buffers=False`` (no buffer
+    broadcast each forward); torch >= 2.13 deprecates that name with a FutureWarning per
+    rank. Its replacement still syncs buffers once at construction, which changes nothing
+    here: every rank builds the model from the same seed.
+    """
+    takes = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    if "broadcast_buffers" in cfg and "forward_sync_buffers" in takes:
+        cfg = dict(cfg)
+        cfg["forward_sync_buffers"] = cfg.pop("broadcast_buffers")
     return cfg
 
 

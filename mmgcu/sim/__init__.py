@@ -17,6 +17,11 @@ ENV_CARDS = "MMGCU_SIMULATE"
 ENV_API = "MMGCU_SIMULATE_API"
 # MMGCU_SIMULATE_ECCL=0 models a GCU host whose ECCL is missing (a broken install).
 ENV_ECCL = "MMGCU_SIMULATE_ECCL"
+# Set once the simulator has said so, so the processes this one starts (the ranks of
+# `mmgcu train`, of `mmgcu check`) do not say it again.
+ENV_NOTICE = "MMGCU_SIMULATE_NOTICE"
+#: Where launchers put the global rank before any process group exists.
+RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "LOCAL_RANK")
 #: The torch_gcu generations the simulator models, and the other names users type for them.
 APIS = ("gcu2", "gcu1")
 API_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
@@ -87,13 +92,26 @@ def install(cards=None, api=None):
     state.api = api
     atexit.register(_release_autograd_threads)
     module = _install_gcu2() if api == "gcu2" else _install_gcu1()
-    logger.warning(
-        "mmgcu: torch_gcu is SIMULATED (%s API, %d cards on host memory); "
-        "results prove device placement and distribution, not GCU speed or numerics",
-        api,
-        state.cards,
-    )
+    if _says_it():
+        os.environ[ENV_NOTICE] = "shown"
+        logger.warning(
+            "mmgcu: torch_gcu is SIMULATED (%s API, %d cards on host memory); "
+            "results prove device placement and distribution, not GCU speed or numerics",
+            api,
+            state.cards,
+        )
     return module
+
+
+def _says_it() -> bool:
+    """Whether this process tells that torch_gcu is simulated: once per job, by the first
+    process (a launcher that imported mmgcu, else rank 0), not once per rank."""
+    if os.environ.get(ENV_NOTICE) == "shown":
+        return False
+    for name in RANK_VARS:
+        if os.environ.get(name) is not None:
+            return os.environ[name] == "0"
+    return True
 
 
 def _install_gcu2():

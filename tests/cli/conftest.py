@@ -6,7 +6,10 @@ import sys
 
 from tests.conftest import REPO, clean_env
 
-FAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAULTS = os.path.join(HERE, "faults")
+#: Stand-in scripts that mmgcu train/test launch under torchrun in the tests.
+PROGRAMS = os.path.join(HERE, "programs")
 
 
 def mmgcu(*args, timeout=120, fault=None, **env):

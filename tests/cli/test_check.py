@@ -36,7 +36,10 @@ def left_dirs(tmp_path):
     return sorted(tmp_path.glob("mmgcu-check-*"))
 
 
-@pytest.mark.parametrize("api,group", [("v2", "cpu:gloo,gcu:eccl"), ("legacy", "gloo + eccl")])
+GCU1_GROUPS = "torch.distributed gloo + torch_gcu.distributed eccl"
+
+
+@pytest.mark.parametrize("api,group", [("gcu2", "cpu:gloo,gcu:eccl"), ("gcu1", GCU1_GROUPS)])
 def test_two_cards_pass(api, group, tmp_path):
     proc = mmgcu("check", "--cards", "2", MMGCU_SIMULATE=8, MMGCU_SIMULATE_API=api, TMPDIR=tmp_path)
     line = ok_line(proc)
@@ -48,7 +51,7 @@ def test_two_cards_pass(api, group, tmp_path):
 @pytest.mark.e2e
 def test_default_checks_every_card():
     line = ok_line(mmgcu("check", MMGCU_SIMULATE=8, timeout=300))
-    assert line.startswith(f"{PREFIX}OK: 8 ranks on 8 simulated GCU cards (v2, ")
+    assert line.startswith(f"{PREFIX}OK: 8 ranks on 8 simulated GCU cards (gcu2, ")
 
 
 def test_more_ranks_than_cards_fails_before_launching(tmp_path):

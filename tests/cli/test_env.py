@@ -23,10 +23,10 @@ def report(proc):
     return info
 
 
-def test_simulated_v2_eight_cards():
+def test_simulated_gcu2_eight_cards():
     info = report(mmgcu("env", MMGCU_SIMULATE=8))
     assert list(info)[0] == "torch_gcu simulator"  # first, so nobody mistakes it for a T20
-    assert info["torch_gcu simulator"].startswith("SIMULATED (v2 API, 8 cards)")
+    assert info["torch_gcu simulator"].startswith("SIMULATED (gcu2 API, 8 cards)")
     assert info["torch_gcu"].startswith("SIMULATED torch_gcu") and "2.x" in info["torch_gcu"]
     assert info["torch"] == torch.__version__
     for name in ("mmengine", "mmcv"):
@@ -38,31 +38,29 @@ def test_simulated_v2_eight_cards():
     assert info["GCU 3"] == "T20 (simulated, card 3)"
     assert info["cards for launchers"].startswith("8 (MMGCU_SIMULATE=8")
     assert info["ECCL"] == "available"
-    assert info["process group"] == "cpu:gloo,gcu:eccl"
-    assert info["card-tensor group"] == "the default group"
+    assert info["process groups"] == "cpu:gloo,gcu:eccl"
     assert info["TOPS_VISIBLE_DEVICES"] == "unset"
     assert info["ECCL variables"] == "none set"
     assert info["Python executable"] == sys.executable
 
 
-def test_simulated_legacy_with_visible_devices_and_eccl_variables():
+def test_simulated_gcu1_with_visible_devices_and_eccl_variables():
     info = report(
         mmgcu(
             "env",
             MMGCU_SIMULATE=8,
-            MMGCU_SIMULATE_API="legacy",
+            MMGCU_SIMULATE_API="gcu1",
             TOPS_VISIBLE_DEVICES="0,1,2,3",
             ECCL_PROTO="LL",
             ECCL_SHM_DISABLE="1",
         )
     )
-    assert info["torch_gcu simulator"].startswith("SIMULATED (legacy API, 4 cards)")
+    assert info["torch_gcu simulator"].startswith("SIMULATED (gcu1 API, 4 cards)")
     assert "1.x" in info["torch_gcu"]
     assert info["cards"] == "4"
     assert info["cards for launchers"] == "4 (TOPS_VISIBLE_DEVICES=0,1,2,3)"
     assert info["TOPS_VISIBLE_DEVICES"] == "0,1,2,3"
-    assert info["process group"] == "gloo"
-    assert info["card-tensor group"] == "eccl"
+    assert info["process groups"] == "torch.distributed gloo + torch_gcu.distributed eccl"
     assert info["ECCL"] == "available"
     assert info["ECCL variables"] == "ECCL_PROTO=LL, ECCL_SHM_DISABLE=1"
 
@@ -74,7 +72,7 @@ def test_json_parses():
     assert data["cards"] == 8
     assert data["ECCL"] == "available"
     assert data["ECCL variables"] == {"ECCL_ALGO": "RING"}
-    assert data["torch_gcu simulator"].startswith("SIMULATED (v2 API, 8 cards)")
+    assert data["torch_gcu simulator"].startswith("SIMULATED (gcu2 API, 8 cards)")
 
 
 def test_missing_eccl_is_reported():

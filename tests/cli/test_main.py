@@ -25,8 +25,13 @@ def test_subcommands_and_defaults():
     args = parser.parse_args(["check"])
     assert (args.cards, args.steps, args.device, args.timeout) == (None, 3, "auto", 300.0)
     assert parser.parse_args(["env", "--json"]).json is True
+    args = parser.parse_args(["train", "cfg.py", "4", "--work-dir", "w"])
+    assert (args.mode, args.config, args.args) == ("train", "cfg.py", ["4", "--work-dir", "w"])
+    args = parser.parse_args(["test", "cfg.py", "c.pth", "--out", "o"])
+    assert (args.mode, args.checkpoint, args.args) == ("test", "c.pth", ["--out", "o"])
+    assert parser.parse_args(["configs"]).name is None
 
 
 def test_no_subcommand_prints_help(capsys):
     assert main([]) == 2
-    assert "{env,check}" in capsys.readouterr().out
+    assert "{env,check,train,test,configs}" in capsys.readouterr().out

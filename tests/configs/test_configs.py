@@ -39,7 +39,8 @@ REQUIRED = [
 ]
 # Configs that are no lr recipe and so set no auto_scale_lr, with the reason.
 NO_AUTO_SCALE_LR = {
-    "tiny/fcn_r18-tiny_8xgcu_synthetic-64x64.py": "the 4-iteration demo/e2e config",
+    "tiny/fcn_r18-tiny_8xgcu_synthetic-64x64.py": "the 4-iteration e2e config",
+    "tiny/fcn_r18-tiny-d8_8xgcu-40it_synthetic-64x64.py": "the demo, tuned for 8 cards",
 }
 
 register_all_modules(init_default_scope=False)

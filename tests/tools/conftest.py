@@ -8,6 +8,8 @@ from tests.conftest import REPO, clean_env
 from tests.e2e.conftest import dataset  # noqa: F401  (the session's synthetic dataset)
 
 TOOLS = os.path.join(REPO, "tools")
+#: Stand-ins for python, srun and efsmi that the launch tests put in the scripts' way.
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 
 # What a user's shell might carry into the scripts; each test sets what it means to.
 LAUNCH_VARS = (
@@ -16,6 +18,7 @@ LAUNCH_VARS = (
     "PORT",
     "PYTHON",
     "PYTHONPATH",
+    "REAL_PYTHON",
     "TRAIN_SCRIPT",
     "TEST_SCRIPT",
     "CARDS",
@@ -48,10 +51,3 @@ def run_script(name, *args, cwd, timeout=300, **env):
         timeout=timeout,
     )
     return proc.returncode, proc.stdout + proc.stderr
-
-
-def write_exe(path, text):
-    """Write an executable script (a stand-in for python, srun or efsmi)."""
-    path.write_text(text)
-    path.chmod(0o755)
-    return str(path)

@@ -1,189 +1,84 @@
-"""What the launch scripts run: stand-ins for python and srun record the command lines."""
+"""What the launch scripts run: stand-ins for python, srun and efsmi record the command
+lines (tests/tools/programs/). What `mmgcu train`/`mmgcu test` then launch is tested in
+tests/cli/test_launch.py."""
 
 import json
 import os
 import re
+import shutil
 import sys
 
 import pytest
 
 from tests.conftest import REPO
 from tests.e2e.conftest import mmseg_tool
-from tests.tools.conftest import TOOLS, run_script, write_exe
+from tests.tools.conftest import PROGRAMS, TOOLS, run_script
 
-# mmseg 1.2.2's test.py ignores runner_type, so dist_test.sh runs mmgcu's tools/test.py.
-OWN_TEST = os.path.join(REPO, "tools", "test.py")
-
-# Stands in for PYTHON: answers the card count with FAKE_CARDS, runs `-c` code with the real
-# interpreter (so the scripts find mmseg's tools), and records every call.
-FAKE_PYTHON = """#!{python}
-import json, os, sys
-args = sys.argv[1:]
-with open(os.environ["FAKE_RECORD"], "a") as f:
-    f.write(json.dumps(dict(argv=args, pythonpath=os.environ.get("PYTHONPATH", ""))) + "\\n")
-if args[:1] and args[0].endswith("mmgcu/device/cards.py"):
-    print(os.environ["FAKE_CARDS"])
-elif args[:1] == ["-c"]:
-    os.execv(sys.executable, [sys.executable] + args)
-else:
-    sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
-"""
-
-# Stands in for srun: records its arguments and the environment the tasks would get.
-FAKE_SRUN = """#!{python}
-import json, os, sys
-env = {{k: os.environ.get(k) for k in ("PYTHONPATH", "MASTER_PORT")}}
-with open(os.environ["FAKE_RECORD"], "w") as f:
-    json.dump(dict(argv=sys.argv[1:], env=env), f)
-"""
-
+LAUNCH = os.path.join(REPO, "mmgcu", "cli", "launch.py")
 PY = sys.executable
 
 
-@pytest.fixture
-def fake(tmp_path):
-    """Run a script with the fake python; return (exit code, output, launches, calls)."""
-    python = write_exe(tmp_path / "fake-python", FAKE_PYTHON.format(python=PY))
+def program(tmp_path, name, as_name=None):
+    """tests/tools/programs/NAME in a bin folder of its own; returns (bin folder, path)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / (as_name or name)
+    shutil.copy(os.path.join(PROGRAMS, name), path)
+    return bin_dir, str(path)
+
+
+def on_path(bin_dir):
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+@pytest.mark.parametrize("script,mode", [("dist_train.sh", "train"), ("dist_test.sh", "test")])
+def test_wrappers_exec_mmgcu_launcher(tmp_path, script, mode):
+    """The shell scripts are thin wrappers: every argument goes to `mmgcu train/test`."""
+    _, python = program(tmp_path, "fake_python")
     record = tmp_path / "record.jsonl"
-    cfg = tmp_path / "cfg.py"
-    cfg.write_text("# a config\n")
-    ckpt = tmp_path / "iter_4.pth"
-    ckpt.write_text("")
-
-    def run(script, *args, cards=8, **env):
-        if record.exists():
-            record.unlink()
-        code, out = run_script(
-            script,
-            *args,
-            cwd=tmp_path,
-            timeout=60,
-            PYTHON=python,
-            FAKE_RECORD=record,
-            FAKE_CARDS=cards,
-            **env,
-        )
-        lines = record.read_text().splitlines() if record.exists() else []
-        calls = [json.loads(line) for line in lines]
-        launches = [c for c in calls if c["argv"][:2] == ["-m", "torch.distributed.run"]]
-        return code, out, launches, calls
-
-    run.cfg, run.ckpt = str(cfg), str(ckpt)
-    return run
-
-
-def counted(calls):
-    return any(c["argv"][:1] and c["argv"][0].endswith("mmgcu/device/cards.py") for c in calls)
-
-
-def test_train_defaults_to_all_cards_and_forwards_args(fake):
-    code, out, launches, calls = fake(
-        "dist_train.sh", fake.cfg, "--work-dir", "w d", "--cfg-options", "a=1", "b=2", cards=8
+    args = ["cfg.py", "4", "--work-dir", "w d", "--cfg-options", "a=1"]
+    code, out = run_script(
+        script, *args, cwd=tmp_path, timeout=60, PYTHON=python, FAKE_RECORD=record, FAKE_EXIT=3
     )
-    assert code == 0, out
-    assert counted(calls)
-    [launch] = launches
-    # One node without PORT: torchrun's standalone rendezvous takes a free port.
-    assert launch["argv"] == [
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=8",
-        mmseg_tool("train.py"),
-        fake.cfg,
-        "--work-dir",
-        "w d",
-        "--cfg-options",
-        "a=1",
-        "b=2",
-        "--launcher",
-        "pytorch",
-    ]
-    assert launch["pythonpath"].split(os.pathsep)[0] == REPO
+    assert code == 3, "the launcher's exit status is the script's"
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert calls == [[LAUNCH, "--prog", script, mode, *args]]
 
 
-@pytest.mark.parametrize("script", ["dist_train.sh", "dist_test.sh"])
-def test_cards_argument_and_several_nodes(fake, script):
-    head = [fake.cfg] if script == "dist_train.sh" else [fake.cfg, fake.ckpt]
-    env = dict(NNODES=2, NODE_RANK=1, MASTER_ADDR="10.1.2.3", PORT=29555)
-    code, out, launches, calls = fake(script, *head, 4, "--work-dir", "w", **env)
-    assert code == 0, out
-    assert not counted(calls), "CARDS was given, nothing to count"
-    tool = mmseg_tool("train.py") if script == "dist_train.sh" else OWN_TEST
-    [launch] = launches
-    argv = launch["argv"]
-    assert "--standalone" not in argv
-    flags = ["--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", "--master_port=29555"]
-    assert set(flags) < set(argv[: argv.index(tool)])
-    assert "--nproc_per_node=4" in argv
-    assert argv[argv.index(tool) :] == [tool, *head, "--work-dir", "w", "--launcher", "pytorch"]
+def test_wrapper_without_python(tmp_path):
+    code, out = run_script(
+        "dist_train.sh", "cfg.py", cwd=tmp_path, timeout=60, PYTHON="no-such-python"
+    )
+    assert code == 1
+    assert "dist_train.sh: error: PYTHON=no-such-python is not a command" in out
+    assert "source .venv/bin/activate" in out
 
 
-def test_one_node_with_port(fake):
-    code, out, [launch], _ = fake("dist_train.sh", fake.cfg, "2", PORT=29600)
-    assert code == 0, out
-    argv = launch["argv"]
-    for flag in ["--nnodes=1", "--node_rank=0", "--master_addr=127.0.0.1", "--master_port=29600"]:
-        assert flag in argv
-    assert "--standalone" not in argv and "--nproc_per_node=2" in argv
+def test_wrapper_with_a_python_without_torch(tmp_path):
+    """A python that is not mmgcu's environment: one line that says so, no traceback."""
+    _, bare = program(tmp_path, "bare_python")
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text("")
+    for script, head in (("dist_train.sh", [cfg]), ("dist_test.sh", [cfg, cfg])):
+        code, out = run_script(script, *head, cwd=tmp_path, timeout=60, PYTHON=bare, REAL_PYTHON=PY)
+        assert code == 1, out
+        assert f"{script}: error: this python" in out and "cannot import torch" in out
+        assert "Traceback" not in out and "source .venv/bin/activate" in out
 
 
-def test_script_override_and_exit_status(fake, tmp_path):
-    own = tmp_path / "my_train.py"
-    own.write_text("")
-    code, out, [launch], _ = fake("dist_train.sh", fake.cfg, TRAIN_SCRIPT=own, FAKE_EXIT=3)
-    assert code == 3, "torchrun's exit status is the script's"
-    assert str(own) in launch["argv"] and mmseg_tool("train.py") not in launch["argv"]
-
-
-def test_test_script_counts_cards(fake):
-    code, out, [launch], calls = fake("dist_test.sh", fake.cfg, fake.ckpt, "--out", "o", cards=3)
-    assert code == 0, out
-    assert counted(calls)
-    assert launch["argv"][2:] == [
-        "--standalone",
-        "--nproc_per_node=3",
-        OWN_TEST,
-        fake.cfg,
-        fake.ckpt,
-        "--out",
-        "o",
-        "--launcher",
-        "pytorch",
-    ]
-
-
-@pytest.mark.parametrize(
-    "script,args,env,message",
-    [
-        ("dist_train.sh", [], {}, "usage: dist_train.sh CONFIG [CARDS]"),
-        ("dist_train.sh", ["--work-dir", "w"], {}, "usage:"),
-        ("dist_train.sh", ["missing.py"], {}, "config not found: missing.py"),
-        ("dist_train.sh", ["CFG", "0"], {}, "CARDS must be at least 1"),
-        ("dist_train.sh", ["CFG"], {"cards": 0}, "found no GCU card on this node"),
-        ("dist_train.sh", ["CFG"], {"NNODES": 2}, "NNODES=2 needs MASTER_ADDR"),
-        ("dist_train.sh", ["CFG"], {"NNODES": 2, "NODE_RANK": 2}, "NODE_RANK must be in 0..1"),
-        ("dist_test.sh", ["CFG"], {}, "usage: dist_test.sh CONFIG CHECKPOINT"),
-        ("dist_test.sh", ["CFG", "nope.pth"], {}, "checkpoint not found: nope.pth"),
-    ],
-)
-def test_wrong_use_fails_with_a_message(fake, script, args, env, message):
-    args = [fake.cfg if a == "CFG" else a for a in args]
-    code, out, launches, _ = fake(script, *args, **env)
-    assert code != 0 and not launches
-    assert message in out
+def test_wrapper_usage(tmp_path):
+    code, out = run_script("dist_train.sh", cwd=tmp_path, timeout=60)
+    assert code == 2 and "usage: dist_train.sh CONFIG [CARDS] [train.py args...]" in out
+    code, out = run_script("dist_test.sh", "-h", cwd=tmp_path, timeout=60)
+    assert code == 0 and "usage: dist_test.sh CONFIG CHECKPOINT [CARDS] [test.py args...]" in out
 
 
 def test_no_card_with_the_real_count(tmp_path):
     """No TOPS_VISIBLE_DEVICES, no simulator, and an efsmi that lists no card."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    write_exe(bin_dir / "efsmi", "#!/bin/sh\necho 'DEV  Name  | FW |'\n")
+    bin_dir, _ = program(tmp_path, "efsmi")
     cfg = tmp_path / "cfg.py"
     cfg.write_text("")
-    code, out = run_script(
-        "dist_train.sh", cfg, cwd=tmp_path, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
-    )
+    code, out = run_script("dist_train.sh", cfg, cwd=tmp_path, PATH=on_path(bin_dir))
     assert code == 1, out
     assert "dist_train.sh: error: found no GCU card on this node" in out
     assert "torch.distributed" not in out, "nothing was launched"
@@ -201,9 +96,7 @@ def test_no_process_is_killed_by_name():
 @pytest.fixture
 def srun(tmp_path):
     """Run tools/slurm_train.sh with a fake srun on PATH; return (code, output, call)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    write_exe(bin_dir / "srun", FAKE_SRUN.format(python=PY))
+    bin_dir, _ = program(tmp_path, "fake_srun", "srun")
     record = tmp_path / "srun.json"
     cfg = tmp_path / "cfg.py"
     cfg.write_text("")
@@ -211,9 +104,14 @@ def srun(tmp_path):
     def run(*args, **env):
         if record.exists():
             record.unlink()
-        path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
         code, out = run_script(
-            "slurm_train.sh", *args, cwd=tmp_path, timeout=60, PATH=path, FAKE_RECORD=record, **env
+            "slurm_train.sh",
+            *args,
+            cwd=tmp_path,
+            timeout=60,
+            PATH=on_path(bin_dir),
+            FAKE_RECORD=record,
+            **env,
         )
         call = json.loads(record.read_text()) if record.exists() else None
         return code, out, call

@@ -1,0 +1,160 @@
+"""``mmgcu train`` / ``mmgcu test``: the torchrun command they build for a node, what they
+refuse with one line, and one real launch of a stand-in script on two ranks."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from mmgcu.cli import launch
+from mmgcu.cli.configs import config_root
+from tests.cli.conftest import PROGRAMS, mmgcu
+from tests.conftest import REPO
+from tests.e2e.conftest import mmseg_tool
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """A node of 8 simulated cards, a config and a checkpoint; ``node.plan(mode, ...)``."""
+    for name in ("TOPS_VISIBLE_DEVICES", "MMGCU_SIMULATE", "TRAIN_SCRIPT", "TEST_SCRIPT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MMGCU_SIMULATE", "8")
+    cfg, ckpt = tmp_path / "cfg.py", tmp_path / "iter_4.pth"
+    cfg.write_text("# a config\n")
+    ckpt.write_text("")
+
+    def plan(mode, *args, **env):
+        checkpoint = str(ckpt) if mode == "test" else None
+        return launch.plan(mode, str(cfg), list(args), env, f"mmgcu {mode}", checkpoint)
+
+    return SimpleNamespace(cfg=str(cfg), ckpt=str(ckpt), plan=plan)
+
+
+def test_train_defaults_to_all_cards_and_forwards_args(node):
+    command, env, summary = node.plan("train", "--work-dir", "w d", "--cfg-options", "a=1")
+    assert command == TORCHRUN + [
+        "--standalone",  # one node without PORT: torchrun takes a free port itself
+        "--nproc_per_node=8",
+        mmseg_tool("train.py"),
+        node.cfg,
+        "--work-dir",
+        "w d",
+        "--cfg-options",
+        "a=1",
+        "--launcher",
+        "pytorch",
+    ]
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == REPO  # this checkout, not installed
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("1", "1")
+    assert summary.startswith("8 process(es), one per card (MMGCU_SIMULATE=8")
+
+
+@pytest.mark.parametrize("mode", ["train", "test"])
+def test_cards_argument_and_several_nodes(node, mode):
+    env = dict(NNODES="2", NODE_RANK="1", MASTER_ADDR="10.1.2.3", PORT="29555")
+    command, _, _ = node.plan(mode, "4", "--work-dir", "w", **env)
+    target = [mmseg_tool("train.py")] if mode == "train" else ["-m", "mmgcu.cli.test_entry"]
+    head = [node.cfg] if mode == "train" else [node.cfg, node.ckpt]
+    at = command.index("--nproc_per_node=4") + 1
+    flags = ["--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", "--master_port=29555"]
+    assert command[3:at] == flags + ["--nproc_per_node=4"]
+    assert command[at:] == target + head + ["--work-dir", "w", "--launcher", "pytorch"]
+
+
+def test_one_node_with_port_and_own_scripts(node, tmp_path):
+    own = tmp_path / "my_train.py"
+    own.write_text("")
+    command, _, _ = node.plan("train", "2", PORT="29600", TRAIN_SCRIPT=str(own))
+    assert command[3:8] == [
+        "--nnodes=1",
+        "--node_rank=0",
+        "--master_addr=127.0.0.1",
+        "--master_port=29600",
+        "--nproc_per_node=2",
+    ]
+    assert command[8] == str(own)
+    command, _, _ = node.plan("test", TEST_SCRIPT=str(own))
+    assert command[5:7] == [str(own), node.cfg]
+
+
+def test_shipped_config_by_name(node):
+    command, _, _ = launch.plan(
+        "train", "fcn_r18-tiny_8xgcu_synthetic-64x64", [], {}, "mmgcu train"
+    )
+    shipped = os.path.join(config_root(), "tiny", "fcn_r18-tiny_8xgcu_synthetic-64x64.py")
+    assert command[command.index(mmseg_tool("train.py")) + 1] == shipped
+
+
+@pytest.mark.parametrize(
+    "mode,args,env,message",
+    [
+        ("train", ["0"], {}, "CARDS must be at least 1, got 0"),
+        ("train", [], {"NNODES": "2"}, "NNODES=2 needs MASTER_ADDR"),
+        ("train", [], {"NNODES": "2", "NODE_RANK": "2"}, "NODE_RANK must be in 0..1"),
+        ("train", [], {"NNODES": "x"}, "NNODES must be a positive integer"),
+        ("train", [], {"TRAIN_SCRIPT": "/nope.py"}, "training script not found: /nope.py"),
+        ("test", [], {"TEST_SCRIPT": "/nope.py"}, "test script not found: /nope.py"),
+    ],
+)
+def test_wrong_launch_is_refused(node, mode, args, env, message):
+    with pytest.raises(launch.LaunchError, match=message):
+        node.plan(mode, *args, **env)
+
+
+def test_missing_files_and_modules_are_refused(node, monkeypatch):
+    with pytest.raises(launch.LaunchError, match="config not found: nope.py .*mmgcu configs"):
+        launch.plan("train", "nope.py", [], {}, "mmgcu train")
+    with pytest.raises(launch.LaunchError, match="checkpoint not found: nope.pth"):
+        launch.plan("test", node.cfg, [], {}, "mmgcu test", "nope.pth")
+    monkeypatch.setenv("MMGCU_SIMULATE", "0")
+    with pytest.raises(launch.LaunchError, match="found no GCU card on this node"):
+        node.plan("train")
+    real = launch.importlib.util.find_spec
+    monkeypatch.setattr(
+        launch.importlib.util, "find_spec", lambda n: None if n == "mmseg" else real(n)
+    )
+    with pytest.raises(launch.LaunchError, match="cannot import mmseg: .*source .venv/bin"):
+        node.plan("train")
+
+
+def test_custom_imports_in_cfg_options_is_named():
+    assert launch.cfg_options_warning(["--cfg-options", "custom_imports.imports=[mmgcu]"])
+    assert launch.cfg_options_warning(["--cfg-options", "a=1"]) is None
+
+
+def test_real_launch_of_two_ranks(tmp_path):
+    """The console entry execs torchrun, which starts the script once per card."""
+    script = os.path.join(PROGRAMS, "record_rank.py")
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text("")
+    env = dict(MMGCU_SIMULATE=8, TRAIN_SCRIPT=script, RECORD_DIR=tmp_path)
+    proc = mmgcu("train", cfg, "2", "--work-dir", "w", timeout=120, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mmgcu train: 2 process(es), one per card (given)" in proc.stderr
+    ranks = sorted(glob.glob(str(tmp_path / "rank*.json")))
+    assert [os.path.basename(r) for r in ranks] == ["rank0.json", "rank1.json"]
+    for path in ranks:
+        with open(path) as f:
+            seen = json.load(f)
+        assert seen["argv"] == [str(cfg), "--work-dir", "w", "--launcher", "pytorch"]
+        assert seen["env"]["WORLD_SIZE"] == "2" and seen["env"]["MKL_NUM_THREADS"] == "1"
+    failed = mmgcu("train", cfg, "2", timeout=120, RECORD_EXIT=3, **env)
+    assert failed.returncode != 0, "a failed rank fails the launch"
+
+
+def test_custom_imports_warning_is_printed(tmp_path):
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text("")
+    proc = subprocess.run(
+        [sys.executable, launch.__file__, "train", str(cfg), "--cfg-options", "custom_imports=x"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, MMGCU_SIMULATE="0"),
+    )
+    assert "mmgcu train: warning: custom_imports given with --cfg-options" in proc.stderr
