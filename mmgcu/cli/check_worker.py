@@ -70,32 +70,7 @@ def check_collectives(card_dist, dist, device, group, rank: int, world: int) -> 
     CPU objects. Every rank checks its own values, then the ranks swap their findings with
     all_gather_object, so each one can name every rank that got a wrong value.
     """
-    import torch
-
-    wrong = []  # type: List[List[str]]
-
-    def expect(op: str, tensor, value: float) -> None:
-        if tensor.device != device:
-            wrong.append([op, f"rank {rank} got its result on {tensor.device}, not {device}"])
-            return
-        got = tensor.cpu()
-        if not torch.allclose(got, torch.full_like(got, value)):
-            wrong.append([op, f"rank {rank} got {got.tolist()}, expected {value}"])
-
-    t = torch.full((4,), float(rank + 1), device=device)
-    card_dist.all_reduce(t, group=group)
-    expect("all_reduce(sum)", t, world * (world + 1) / 2)
-
-    src = world - 1  # a root other than rank 0, where there is one
-    t = torch.full((4,), float(rank + 1 if rank == src else -1), device=device)
-    card_dist.broadcast(t, src=src, group=group)
-    expect(f"broadcast(from rank {src})", t, float(src + 1))
-
-    outs = [torch.zeros(4, device=device) for _ in range(world)]
-    card_dist.all_gather(outs, torch.full((4,), float(rank + 1), device=device), group=group)
-    for i, o in enumerate(outs):
-        expect(f"all_gather(slot {i})", o, float(i + 1))
-
+    wrong = _card_collectives(card_dist, device, group, rank, world)
     found = [None] * world  # type: List[Optional[dict]]
     dist.all_gather_object(found, {"rank": rank, "device": str(device), "wrong": wrong})
     misplaced = [i for i, o in enumerate(found) if not isinstance(o, dict) or o["rank"] != i]
@@ -115,6 +90,34 @@ def check_collectives(card_dist, dist, device, group, rank: int, world: int) -> 
             f"{details[0]}. The card collectives are broken: check ECCL ('mmgcu env') "
             "and the ECCL_* variables."
         )
+
+
+def _card_collectives(card_dist, device, group, rank: int, world: int) -> List[List[str]]:
+    """Run each card collective and return what this rank got wrong ([op, detail])."""
+    import torch
+
+    wrong = []  # type: List[List[str]]
+
+    def expect(op: str, tensor, value: float) -> None:
+        if tensor.device != device:
+            wrong.append([op, f"rank {rank} got its result on {tensor.device}, not {device}"])
+            return
+        got = tensor.cpu()
+        if not torch.allclose(got, torch.full_like(got, value)):
+            wrong.append([op, f"rank {rank} got {got.tolist()}, expected {value}"])
+
+    t = torch.full((4,), float(rank + 1), device=device)
+    card_dist.all_reduce(t, group=group)
+    expect("all_reduce(sum)", t, world * (world + 1) / 2)
+    src = world - 1  # a root other than rank 0, where there is one
+    t = torch.full((4,), float(rank + 1 if rank == src else -1), device=device)
+    card_dist.broadcast(t, src=src, group=group)
+    expect(f"broadcast(from rank {src})", t, float(src + 1))
+    outs = [torch.zeros(4, device=device) for _ in range(world)]
+    card_dist.all_gather(outs, torch.full((4,), float(rank + 1), device=device), group=group)
+    for i, o in enumerate(outs):
+        expect(f"all_gather(slot {i})", o, float(i + 1))
+    return wrong
 
 
 def _model(torch):
@@ -143,12 +146,11 @@ def _ddp(accelerator, model):
     The model has no buffers, so no buffer-sync option is passed (torch >= 2.13 warns about
     ``broadcast_buffers``).
     """
-    from ..model import GCU1DistributedDataParallel, GCUDistributedDataParallel
+    from mmengine.registry import MODEL_WRAPPERS
 
-    wrapper = (
-        GCU1DistributedDataParallel if accelerator.kind == "gcu1" else GCUDistributedDataParallel
-    )
-    return wrapper(model, accelerator=accelerator)
+    from .. import model as _  # noqa: F401  (registers the wrappers)
+
+    return MODEL_WRAPPERS.get(accelerator.ddp_wrapper)(model, accelerator=accelerator)
 
 
 def check_ddp(dist, accelerator, device, rank: int, world: int, steps: int) -> Optional[float]:
@@ -161,7 +163,7 @@ def check_ddp(dist, accelerator, device, rank: int, world: int, steps: int) -> O
 
     import torch
 
-    from ..model.placement import misplaced
+    from ..model.placement import misplaced, misplaced_message
 
     model = _model(torch)
     single = copy.deepcopy(model) if rank == 0 else None
@@ -174,29 +176,31 @@ def check_ddp(dist, accelerator, device, rank: int, world: int, steps: int) -> O
     _train(torch, accelerator, ddp, x[shard].to(device), y[shard].to(device), steps)
     wrong = misplaced(ddp.module, device)
     if wrong:
-        shown = ", ".join(f"{n} on {d}" for n, d in wrong[:5])
-        raise CheckFailed(f"after {steps} DDP steps, rank {rank} has tensors off {device}: {shown}")
-
-    max_diff = None
-    if rank == 0:
-        single = single.to(device)
-        _train(torch, accelerator, single, x.to(device), y.to(device), steps)
-        reference = _flat(torch, single)
+        raise CheckFailed(
+            f"after {steps} DDP steps, " + misplaced_message(f"rank {rank}", device, wrong)
+        )
     weights = [None] * world
     dist.all_gather_object(weights, _flat(torch, ddp.module))
-    if rank == 0:
-        diffs = [float((w - reference).abs().max()) for w in weights]
-        max_diff = max(diffs)
-        bad = [str(r) for r, d in enumerate(diffs) if not d <= TOLERANCE]
-        if bad:
-            raise CheckFailed(
-                f"after {steps} DDP steps the weights of rank(s) {','.join(bad)} differ from "
-                f"the same steps on one card by up to {max_diff:.2e} (tolerance "
-                f"{TOLERANCE:g}): DDP does not train like one card (are gradients averaged "
-                "across cards?). Check the "
-                "process-group backend and ECCL with 'mmgcu env'."
-            )
-    return max_diff
+    if rank != 0:
+        return None
+    single = single.to(device)
+    _train(torch, accelerator, single, x.to(device), y.to(device), steps)
+    return _compare(_flat(torch, single), weights, steps)
+
+
+def _compare(reference, weights, steps: int) -> float:
+    """The largest difference of any rank's weights from one card's; refuses a rank over
+    :data:`TOLERANCE`."""
+    diffs = [float((w - reference).abs().max()) for w in weights]
+    bad = [str(r) for r, d in enumerate(diffs) if not d <= TOLERANCE]
+    if bad:
+        raise CheckFailed(
+            f"after {steps} DDP steps the weights of rank(s) {','.join(bad)} differ from "
+            f"the same steps on one card by up to {max(diffs):.2e} (tolerance "
+            f"{TOLERANCE:g}): DDP does not train like one card (are gradients averaged "
+            "across cards?). Check the process-group backend and ECCL with 'mmgcu env'."
+        )
+    return max(diffs)
 
 
 def run_checks(args, report: Report) -> dict:

@@ -176,10 +176,7 @@ def collect_env() -> Dict[str, Any]:
     else:
         info["torch_gcu"] = _safe(lambda: _torch_gcu(accelerator))
     info["TopsRider / driver"] = _safe(topsrider_version)
-    info["mmengine"] = _version("mmengine")
-    info["mmcv"] = _version("mmcv")
-    info["mmcv ops compiled"] = _mmcv_ops()
-    info["mmseg"] = _version("mmseg")
+    info.update(_openmmlab())
     if not isinstance(accelerator, str):
         fallback = "" if accelerator.is_gcu else " (fallback)"
         info["device"] = f"{accelerator.kind}{fallback}: {accelerator.description}"
@@ -190,6 +187,17 @@ def collect_env() -> Dict[str, Any]:
         dist = _safe(lambda: _dist(accelerator))
         info.update(dist if isinstance(dist, dict) else {"ECCL": dist})
     return info
+
+
+def _openmmlab() -> Dict[str, str]:
+    return OrderedDict(
+        [
+            ("mmengine", _version("mmengine")),
+            ("mmcv", _version("mmcv")),
+            ("mmcv ops compiled", _mmcv_ops()),
+            ("mmseg", _version("mmseg")),
+        ]
+    )
 
 
 def _visible_vars() -> Dict[str, str]:
