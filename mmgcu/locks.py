@@ -100,14 +100,31 @@ def try_lock(path: str, me: dict, shared=False) -> Tuple[Optional[int], Optional
 
 
 def read_holder(path: str) -> dict:
-    """Who holds ``path`` (a holder that has just locked it may not have written yet)."""
+    """Who holds ``path``. A holder that has just locked it may not have written yet: the
+    file is then empty or still names its previous holder, whose process has ended."""
+    holder = {}
     for _ in range(20):
         try:
             with open(path) as f:
-                return json.load(f)
+                holder = json.load(f)
+            if holder.get("host", socket.gethostname()) != socket.gethostname():
+                return holder  # another host's process: not ours to look up
+            if _alive(holder.get("pid")):
+                return holder
         except (OSError, ValueError):
-            time.sleep(0.05)
-    return {}
+            pass
+        time.sleep(0.05)
+    return holder
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except PermissionError:
+        return True  # another user's process
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _me(runner, what: str) -> dict:

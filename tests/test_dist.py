@@ -264,7 +264,12 @@ def test_init_distributed_chooses_the_card_before_the_group(
 
 def test_init_distributed_on_gcu1_adds_the_eccl_world(monkeypatch, gcu1, events, torch_groups):
     for name, value in dict(
-        LOCAL_RANK="0", RANK="0", WORLD_SIZE="1", MASTER_ADDR="h", MASTER_PORT="1"
+        LOCAL_RANK="0",
+        RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="h",
+        MASTER_PORT="1",
+        TORCHELASTIC_USE_AGENT_STORE="True",  # torchrun's store: ECCL's ranks meet there
     ).items():
         monkeypatch.setenv(name, value)
 
@@ -280,8 +285,9 @@ def test_init_distributed_on_gcu1_adds_the_eccl_world(monkeypatch, gcu1, events,
 
 def test_init_distributed_passes_other_dist_cfg_options(monkeypatch, cpu, events, torch_groups):
     monkeypatch.setenv("LOCAL_RANK", "0")
-    mdist.init_distributed(cpu, "pytorch", init_method="env://")
-    assert events == [("init_process_group", "gloo", dict(init_method="env://"))]
+    mdist.init_distributed(cpu, "pytorch", init_method="env://", timeout=60)
+    timeout = datetime.timedelta(seconds=60)
+    assert events == [("init_process_group", "gloo", dict(init_method="env://", timeout=timeout))]
 
 
 def test_init_distributed_without_eccl_stops_before_the_group(monkeypatch, events, torch_groups):

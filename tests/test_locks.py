@@ -56,6 +56,41 @@ def test_a_killed_holder_leaves_no_stale_lock(holder):
         os.close(fd)
 
 
+SLOW_WRITER = """
+import fcntl, json, os, sys, time
+
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(0.3)
+os.ftruncate(fd, 0)
+os.pwrite(fd, json.dumps({"pid": os.getpid(), "job": "new"}).encode(), 0)
+time.sleep(60)
+"""
+
+
+def test_a_holder_not_yet_written_is_not_taken_for_the_previous_one(tmp_path):
+    """Between its flock and its write, the file still names the previous, ended holder."""
+    path = tmp_path / "gcu0.lock"
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    path.write_text(json.dumps({"pid": int(ended.stdout), "job": "old"}))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        fd, found = locks.try_lock(str(path), {"pid": os.getpid(), "job": "second"})
+        assert fd is None and found == {"pid": proc.pid, "job": "new"}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_the_card_lock_folder_is_shared_by_every_user(tmp_path, monkeypatch):
     folder = tmp_path / "locks"
     monkeypatch.setenv(locks.LOCK_DIR_ENV, str(folder))

@@ -43,6 +43,7 @@ from mmgcu.device import GCUError
 from mmgcu.device.fallback import CPUAccelerator
 from mmgcu.model import GCUSyncBatchNorm
 from mmgcu.runner import GCURunner
+from mmgcu.watchdog import NoWatchdog
 from tests import fakes
 from tests.conftest import LAUNCHER_VARS
 from tests.fakes import ConvBN, norm_types
@@ -70,6 +71,12 @@ def launcher_env():
     os.environ.update(saved)
 
 
+@pytest.fixture(autouse=True)
+def no_locks(monkeypatch):
+    """The card and work-dir locks setup_env takes are tests/test_locks.py's subject."""
+    monkeypatch.setattr(mrunner, "hold_locks", lambda runner: None)
+
+
 @pytest.fixture
 def events():
     return []
@@ -89,6 +96,8 @@ def torch_dist(monkeypatch, events):
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: state["initialized"])
     monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "fake")
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 8)
+    # torchrun's agent store: torch_gcu 1.x's ECCL world meets there (no port to exchange).
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
     return state
 
 
@@ -100,6 +109,7 @@ def super_setup(monkeypatch, events):
     def record(self, env_cfg):
         events.append(("super",))
         seen.append(dict(env_cfg))
+        self._rank, self._world_size = 0, 1
 
     monkeypatch.setattr(Runner, "setup_env", record)
     return seen
@@ -131,6 +141,8 @@ def make_runner(launcher="none", **cfg):
     runner._launcher = launcher
     runner._distributed = launcher != "none"
     runner.cfg = Config(cfg)
+    runner._work_dir = "work"  # set by mmengine's __init__ before setup_env
+    runner.watchdog = NoWatchdog()  # set by register_hooks; test_watchdog.py tests the real one
     return runner
 
 
@@ -892,7 +904,9 @@ def test_only_rank_0_writes(tmp_path, monkeypatch, stock_save):
 
 
 @pytest.mark.parametrize("previous", [None, "0"])
-def test_loading_trusts_the_users_checkpoint_for_that_load_only(monkeypatch, previous):
+def test_loading_keeps_torchs_weights_only_check(monkeypatch, previous):
+    """Loading allow-lists mmengine's globals for that load; it never turns torch's
+    weights-only check off for the process (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD)."""
     name = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
     if previous is None:
         monkeypatch.delenv(name, raising=False)
@@ -905,7 +919,7 @@ def test_loading_trusts_the_users_checkpoint_for_that_load_only(monkeypatch, pre
 
     assert make_runner().load_checkpoint("work/iter_4.pth", map_location="cpu") == "ck"
 
-    assert seen == ["1"]
+    assert seen == [previous]
     assert os.environ.get(name) == previous
 
 

@@ -175,7 +175,7 @@ ROWS = [
         launch="torchrun",
         ranks=2,
         cfg=dict(custom_imports=IMPORT_BAD_MODULES, model=dict(type="LateParamSegmentor")),
-        expect=("1 parameter(s)/buffer(s) are not on", "extra on cpu", "create parameters"),
+        expect=("1 parameter(s)/buffer(s) are not on", "extra on cpu", "Create parameters"),
         stock="the parameter stays on the CPU, outside DDP and the optimizer; training "
         "goes on without error (see test_without_the_check)",
     ),

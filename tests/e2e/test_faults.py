@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+import mmgcu.heartbeat as hb
 from tests.conftest import REPO, clean_env, last_json, running
 from tests.e2e.conftest import (
     LEG_API,
@@ -93,6 +94,18 @@ def test_a_killed_rank_ends_the_job_before_the_collective_timeout(dataset, tmp_p
 HANG_BOUND = 10  # env_cfg.watchdog.timeout of the job below, in seconds
 
 
+def wait_for_beat(work, rank, phase, proc, timeout=60):
+    """Until ``rank`` has published a heartbeat in ``phase``: beats go out once per
+    watchdog interval, so a rank a few quick steps in may still show its first."""
+    deadline = time.time() + timeout
+    while True:
+        beats = [hb.read_beats(d).get(rank) for d in glob.glob(hb.beat_dir(work, "*"))]
+        if any(b and b["phase"] == phase for b in beats):
+            return
+        assert proc.poll() is None and time.time() < deadline, f"rank {rank} never beat {phase}"
+        time.sleep(0.1)
+
+
 def test_a_stopped_rank_is_named_and_ends_the_job(dataset, tmp_path):
     """SIGSTOP, from outside, on rank 1 of 3 in steady training (the process-group timeout
     is mmgcu's default, 30 minutes)."""
@@ -108,6 +121,7 @@ def test_a_stopped_rank_is_named_and_ends_the_job(dataset, tmp_path):
     work = str(tmp_path / "work")
     proc = train_job(cfg, work, 3)
     wait_for(osp.join(work, "fault_rank1"), proc)
+    wait_for_beat(work, rank=1, phase="train", proc=proc)
     pid = worker_pids(work)[1]
     try:
         os.kill(pid, signal.SIGSTOP)

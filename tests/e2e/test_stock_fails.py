@@ -40,7 +40,8 @@ def test_stock_init_dist_calls_torch_cuda_set_device(tmp_path):
     from tests.e2e.conftest import free_port
 
     code = STOCK_RUNNER.format(prelude="", work=tmp_path)
-    proc = run_python(code, check=False, MASTER_PORT=free_port(), **ENV)
+    # MMGCU_TRACEBACK=1: the stock traceback (mmgcu's hint replaces it otherwise, test_errors.py).
+    proc = run_python(code, check=False, MASTER_PORT=free_port(), MMGCU_TRACEBACK=1, **ENV)
     assert proc.returncode != 0
     err = proc.stderr
     assert "_init_dist_pytorch" in err and "torch.cuda.set_device(local_rank)" in err, err[-3000:]
