@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.mmgcu-installed
 
-.PHONY: install test demo bench lint clean-venv
+.PHONY: install install-t20 test demo bench lint clean-venv
 
 install: $(STAMP)
 
@@ -51,3 +51,27 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/vermin -t=3.8- --violations --no-tips --eval-annotations mmgcu tools setup.py
+
+# The T20's own stack (Python 3.8, torch 1.10 under torch_gcu 1.x) in .venv-t20: the vendor's
+# stack is stood in for by requirements/t20-vendor.txt, then mmgcu goes in as a T20 user
+# installs it into the vendor's environment (tools/install_t20.sh, which keeps its torch).
+# PYTHON38=/path/to/python3.8 picks the interpreter; by default python3.8 if it runs, else pyenv's.
+PYTHON38 ?= $(shell python3.8 -c 'import sys; print(sys.executable)' 2>/dev/null || \
+	ls -d $(HOME)/.pyenv/versions/3.8*/bin/python3.8 /root/.pyenv/versions/3.8*/bin/python3.8 \
+	2>/dev/null | sort -V | tail -n 1)
+T20_VENV := .venv-t20
+T20_PY := $(T20_VENV)/bin/python
+T20_STAMP := $(T20_VENV)/.mmgcu-installed
+
+install-t20: $(T20_STAMP)
+
+$(T20_STAMP): setup.py requirements/runtime.txt requirements/optional.txt requirements/tests.txt requirements/build.txt requirements/t20-vendor.txt tools/install_t20.sh
+	@test -n "$(PYTHON38)" && $(PYTHON38) -c 'import sys; assert sys.version_info[:2] == (3, 8)' || \
+		{ echo "install-t20: no Python 3.8 found; run make install-t20 PYTHON38=/path/to/python3.8" >&2; exit 1; }
+	test -x $(T20_PY) || $(PYTHON38) -m venv $(T20_VENV)
+	$(T20_PY) -m pip install --quiet -r requirements/t20-vendor.txt
+	tools/install_t20.sh $(T20_PY)
+	# Pre-build the simulator's C++ part for torch 1.10 (as a script: importing the mmgcu
+	# package is not needed to build it).
+	$(T20_PY) mmgcu/sim/build.py
+	touch $(T20_STAMP)

@@ -1,16 +1,80 @@
 """Compile (once per machine) and load the simulator's C++ part.
 
+The sources are in ``csrc/``: ``gcu_sim.h`` is shared, ``gcu_sim.cpp`` is built for torch >= 2
+(torch_gcu 2.x) and ``gcu_sim_torch110.cpp`` for torch 1.10 (torch_gcu 1.x, the T20's stack).
 The build is cached by torch's extension machinery under ``TORCH_EXTENSIONS_DIR``; an
 exclusive file lock around it lets eight ranks start at once without corrupting it.
-Run ``python -m mmgcu.sim.build`` to pre-build it (``make install`` does).
+Run ``python -m mmgcu.sim.build`` (or this file as a script) to pre-build it.
 """
 
 import fcntl
 import hashlib
 import os
 import os.path as osp
+import re
+import shutil
+import sys
+from contextlib import contextmanager
 
-SOURCE = osp.join(osp.dirname(__file__), "csrc", "gcu_sim.cpp")
+CSRC = osp.join(osp.dirname(osp.abspath(__file__)), "csrc")
+SOURCES = {"torch2": "gcu_sim.cpp", "torch110": "gcu_sim_torch110.cpp"}
+
+
+def source_for(torch_version: str) -> str:
+    """The translation unit to build for ``torch_version`` (e.g. ``'2.13.0+cpu'``)."""
+    match = re.match(r"(\d+)\.(\d+)", torch_version)
+    major, minor = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if major >= 2:
+        return osp.join(CSRC, SOURCES["torch2"])
+    if (major, minor) == (1, 10):
+        return osp.join(CSRC, SOURCES["torch110"])
+    raise RuntimeError(
+        f"the simulated GCU needs torch >= 2 (as torch_gcu 2.x) or torch 1.10 (as torch_gcu "
+        f"1.x on the T20), found torch {torch_version}"
+    )
+
+
+def _env_bin() -> str:
+    """The bin directory of the environment running this Python (where its ninja is)."""
+    return osp.dirname(sys.executable)
+
+
+@contextmanager
+def _env_bin_first_on_path():
+    """Put this environment's bin directory first on PATH for the build.
+
+    torch runs ``ninja`` from PATH. ``.venv/bin/python`` run directly (as ``make`` does) and an
+    activated venv see different PATHs, so they would find different ninja executables (the
+    system's and the venv's). Ninja versions keep incompatible build logs, so each would
+    rebuild the other's build folder: with the environment's own ninja first, both use one.
+    """
+    saved = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join(p for p in (_env_bin(), saved) if p)
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = saved
+
+
+def build_key(source: str, torch_version: str, ninja: str) -> str:
+    """The build folder's name: a build per sources, checkout, torch and ninja.
+
+    Every file in csrc/ is hashed (the header is compiled into each source). Ninja records
+    the source's path, so two checkouts sharing one build folder would rebuild each other's
+    on every start; and a different ninja would rebuild a folder another ninja built.
+    """
+    digest = hashlib.sha1()
+    for name in sorted(os.listdir(CSRC)):
+        path = osp.join(CSRC, name)
+        if osp.isfile(path) and name.endswith((".cpp", ".h")):
+            with open(path, "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    for part in (osp.abspath(source), torch_version, ninja):
+        digest.update(part.encode() + b"\0")
+    return f"mmgcu_sim_{digest.hexdigest()[:10]}"
 
 
 def load_extension(verbose: bool = False):
@@ -18,25 +82,23 @@ def load_extension(verbose: bool = False):
     import torch
     from torch.utils.cpp_extension import _get_build_directory, load
 
-    with open(SOURCE, "rb") as f:
-        source = f.read()
-    # A build per source, checkout and torch: ninja records the source's path, so two
-    # checkouts sharing one build folder would rebuild each other's on every start.
-    key = source + osp.abspath(SOURCE).encode() + torch.__version__.encode()
-    name = f"mmgcu_sim_{hashlib.sha1(key).hexdigest()[:10]}"
-    build_dir = _get_build_directory(name, verbose)
-    with open(osp.join(build_dir, ".mmgcu.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return load(
-                name=name,
-                sources=[SOURCE],
-                extra_cflags=["-O2"],
-                build_directory=build_dir,
-                verbose=verbose,
-            )
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    source = source_for(torch.__version__)
+    with _env_bin_first_on_path():
+        ninja = shutil.which("ninja") or ""
+        name = build_key(source, torch.__version__, osp.realpath(ninja) if ninja else "")
+        build_dir = _get_build_directory(name, verbose)
+        with open(osp.join(build_dir, ".mmgcu.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return load(
+                    name=name,
+                    sources=[source],
+                    extra_cflags=["-O2"],
+                    build_directory=build_dir,
+                    verbose=verbose,
+                )
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 if __name__ == "__main__":

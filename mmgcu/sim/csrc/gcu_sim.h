@@ -1,0 +1,537 @@
+// The part of the simulated torch_gcu's native code that both torch generations share.
+//
+// Simulated cards are a real PyTorch device type whose memory is host memory: tensors on them
+// are plain torch.Tensor objects with a real device, so everything that inspects a tensor sees
+// what it would see on hardware. Two translation units include this header, one per torch
+// generation, and add what differs:
+//   - gcu_sim.cpp          torch >= 2 (torch_gcu 2.x): PrivateUse1 renamed "gcu", and XLA;
+//   - gcu_sim_torch110.cpp torch 1.10 (torch_gcu 1.x, the T20's stack): XLA only.
+// This header holds what does not depend on the generation:
+//   - a device guard per device type (the current card is thread-local, streams trivial);
+//   - an allocator per device type that counts the bytes live on each card, and the peak;
+//   - host aliases (a CPU tensor over a card tensor's memory, no copy);
+//   - the host-read counters (every value the host reads back from a card);
+//   - the copy and scalar-read kernels, which are the same on both generations;
+//   - a boxed fallback for every op without a card kernel: PyTorch's same-device check, then
+//     the CPU kernel on the cards' host memory, so a CPU tensor or another card's tensor fails
+//     as on hardware, in-place and out= results land on the card and views share its memory;
+//   - half precision computed in float32 for convolution and the matmul family;
+//   - the Python functions both generations expose.
+// Where the two generations' APIs differ, a short #if below says how.
+#pragma once
+
+#include <torch/extension.h>
+#include <torch/version.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#define MMGCU_SIM_TORCH2 1
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <c10/core/impl/alloc_cpu.h>
+#else
+#define MMGCU_SIM_TORCH2 0
+#include <ATen/CPUFunctions.h>  // at::cpu::as_strided
+#include <ATen/NativeFunctions.h>
+#include <ATen/Utils.h>  // at::detail::empty_generic
+#endif
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace mmgcu_sim {
+
+constexpr int kMaxCards = 64;
+static std::atomic<int> g_card_count{1};
+// One current card per thread, like the CUDA runtime.
+static thread_local c10::DeviceIndex t_current = 0;
+
+inline bool is_card_type(c10::DeviceType type) {
+#if MMGCU_SIM_TORCH2
+  return type == c10::DeviceType::XLA || type == c10::DeviceType::PrivateUse1;
+#else  // torch 1.10 has no PrivateUse1 device type
+  return type == c10::DeviceType::XLA;
+#endif
+}
+
+inline bool is_card(const at::Tensor& t) { return t.defined() && is_card_type(t.device().type()); }
+
+// ---------------------------------------------------------------------------- guard
+// torch 1.10 declares the stream accessors noexcept; torch 2 does not.
+#if MMGCU_SIM_TORCH2
+#define MMGCU_SIM_STREAM_NOEXCEPT
+#else
+#define MMGCU_SIM_STREAM_NOEXCEPT noexcept
+#endif
+
+template <c10::DeviceType T>
+struct SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return T; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old(T, t_current);
+    if (d.index() >= 0) t_current = d.index();
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(T, t_current); }
+  void setDevice(c10::Device d) const override {
+    if (d.index() >= 0) t_current = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) t_current = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const MMGCU_SIM_STREAM_NOEXCEPT override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const MMGCU_SIM_STREAM_NOEXCEPT override {
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return static_cast<c10::DeviceIndex>(g_card_count.load());
+  }
+  // Host memory is synchronous: events and streams are always complete.
+  void record(void**, const c10::Stream&, const c10::DeviceIndex,
+              const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+#if MMGCU_SIM_TORCH2  // torch 1.10's interface has no synchronizeDevice
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+#endif
+};
+
+// ---------------------------------------------------------------------------- memory
+struct CardMemory {
+  int64_t allocated = 0;
+  int64_t peak = 0;
+};
+static CardMemory g_memory[kMaxCards];
+static std::mutex g_memory_mutex;
+
+struct Allocation {
+  void* ptr;
+  size_t bytes;
+  int card;
+};
+
+static void release(void* ctx) {
+  auto* a = static_cast<Allocation*>(ctx);
+  {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    g_memory[a->card].allocated -= static_cast<int64_t>(a->bytes);
+  }
+  c10::free_cpu(a->ptr);
+  delete a;
+}
+
+// Card memory is host memory, counted per card. The card is the current one: every kernel
+// that allocates sets a DeviceGuard to its target card first.
+template <c10::DeviceType T>
+struct SimAllocator final : public c10::Allocator {
+#if MMGCU_SIM_TORCH2
+  c10::DataPtr allocate(size_t bytes) override { return allocate_on_current(bytes); }
+  // torch 2 copies between allocations of one allocator through it (e.g. when cloning
+  // storages); card memory is host memory.
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+#else  // torch 1.10: allocate is const and there is no copy_data
+  c10::DataPtr allocate(size_t bytes) const override { return allocate_on_current(bytes); }
+#endif
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+ private:
+  static c10::DataPtr allocate_on_current(size_t bytes) {
+    const int card = t_current;
+    void* ptr = bytes ? c10::alloc_cpu(bytes) : nullptr;
+    {
+      std::lock_guard<std::mutex> lock(g_memory_mutex);
+      auto& m = g_memory[card];
+      m.allocated += static_cast<int64_t>(bytes);
+      if (m.allocated > m.peak) m.peak = m.allocated;
+    }
+    return {ptr, new Allocation{ptr, bytes, card}, &release, c10::Device(T, card)};
+  }
+};
+
+inline void set_card_count(int64_t cards) {
+  TORCH_CHECK(cards >= 1 && cards <= kMaxCards, "simulate 1..", kMaxCards, " cards");
+  g_card_count.store(static_cast<int>(cards));
+}
+
+// The card a factory targets, refused like a driver refuses a card that is not there.
+template <c10::DeviceType T>
+c10::Device checked_device(const c10::optional<c10::Device>& device) {
+  auto dev = device.has_value() ? *device : c10::Device(T, t_current);
+  TORCH_CHECK(dev.type() == T, "simulated card kernel got device ", dev);
+  if (!dev.has_index()) dev = c10::Device(T, t_current);
+  TORCH_CHECK(dev.index() < g_card_count.load(), "GCU device ordinal ", int(dev.index()),
+              " is invalid: ", g_card_count.load(),
+              " card(s) are visible (simulated; see TOPS_VISIBLE_DEVICES)");
+  return dev;
+}
+
+// ---------------------------------------------------------------------------- generators
+// A CPU generator per card, for code that asks the card for its default generator.
+static std::vector<at::Generator> g_generators;
+static std::mutex g_generator_mutex;
+
+static const at::Generator& default_generator(c10::DeviceIndex index) {
+  std::lock_guard<std::mutex> lock(g_generator_mutex);
+  auto i = index < 0 ? t_current : index;
+  while (static_cast<c10::DeviceIndex>(g_generators.size()) <= i) {
+    g_generators.push_back(
+        at::make_generator<at::CPUGeneratorImpl>(c10::detail::getNonDeterministicRandom()));
+  }
+  return g_generators[i];
+}
+
+// ---------------------------------------------------------------------------- host memory
+// A CPU tensor over the same host memory (no copy); valid while `t` is alive. This is how the
+// simulator itself reaches card memory (kernels, collectives): it is not a host read.
+static at::Tensor host_alias(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
+static at::Tensor host_or_undefined(const at::Tensor& t) {
+  return t.defined() ? host_alias(t) : t;
+}
+
+// A new CPU result, copied onto the card (through the allocator, so it is counted); with
+// `dtype`, converted to it on the way.
+static at::Tensor onto_card(const at::Tensor& t, c10::Device card,
+                            c10::optional<at::ScalarType> dtype = c10::nullopt) {
+  if (!t.defined() || !t.is_cpu()) return t;
+  const c10::DeviceGuard guard(card);
+  auto options = t.options().device(card);
+  if (dtype.has_value() && t.is_floating_point()) options = options.dtype(*dtype);
+  auto out = at::empty_strided(t.sizes(), t.strides(), options);
+  at::Tensor host = host_alias(out);
+  host.copy_(t);
+  return out;
+}
+
+// ---------------------------------------------------------------------------- host reads
+// Every value the host reads back from a card: on hardware each one waits for the card to
+// finish its queued work, so a training loop should do few. Per process, all threads.
+static std::atomic<int64_t> g_scalar_reads{0};    // .item(), float(), bool(), int()
+static std::atomic<int64_t> g_copies_to_host{0};  // .cpu(), .to('cpu'), .tolist(), .numpy()
+
+// Every card is host memory: a copy between any two of cpu/card is a host copy.
+static void host_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor dst_host = dst.is_cpu() ? dst : host_alias(dst);
+  const at::Tensor src_host = src.is_cpu() ? src : host_alias(src);
+  at::native::copy_(dst_host, src_host, non_blocking);
+}
+
+static void count_copy(const at::Tensor& src, const at::Tensor& dst) {
+  if (is_card(src) && dst.is_cpu()) g_copies_to_host.fetch_add(1, std::memory_order_relaxed);
+}
+
+static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  count_copy(self, dst);
+  host_copy(self, dst, non_blocking);
+  return dst;
+}
+
+static at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  count_copy(self, dst);
+  {
+    const c10::DeviceGuard guard(dst.device());
+    at::native::resize_(dst, self.sizes(), c10::nullopt);
+  }
+  host_copy(self, dst, false);
+  return dst;
+}
+
+static at::Scalar local_scalar_dense(const at::Tensor& self) {
+  g_scalar_reads.fetch_add(1, std::memory_order_relaxed);
+  return at::native::_local_scalar_dense_cpu(host_alias(self));
+}
+
+static at::Tensor& set_source_Tensor_(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+static at::Tensor& set_source_Storage_(at::Tensor& self, at::Storage source) {
+  return at::native::set_(self, source);
+}
+
+// ---------------------------------------------------------------------------- devices
+// Throws PyTorch's own error for tensors on two devices.
+static void different_devices(c10::Device a, c10::Device b) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+                     "two devices, ", a, " and ", b, "!");
+}
+
+static void expect_same_device(const at::Tensor& a, const at::Tensor& b) {
+  if (b.defined() && a.device() != b.device()) different_devices(a.device(), b.device());
+}
+
+// Ops that legally take CPU index tensors with card tensors (as CUDA's do).
+static bool takes_cpu_indices(const c10::OperatorName& name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"};
+  return ops.count(name.name) > 0;
+}
+
+// PyTorch's same-device rule, with its own wording: 0-dim CPU tensors are scalars and mix.
+// Returns the card the op runs on.
+static c10::optional<c10::Device> check_same_device(const c10::OperatorHandle& op,
+                                                    torch::jit::Stack* stack) {
+  const auto n = op.schema().arguments().size();
+  c10::optional<c10::Device> card;
+  c10::optional<c10::Device> cpu;
+  auto visit = [&](const c10::IValue& v) {
+    if (v.isDevice() && v.toDevice().type() != c10::DeviceType::CPU && !card) {
+      card = v.toDevice();
+      return;
+    }
+    if (!v.isTensor()) return;
+    const auto& t = v.toTensor();
+    if (!t.defined()) return;
+    if (t.is_cpu()) {
+      if (t.dim() > 0) cpu = t.device();
+      return;
+    }
+    if (!card) {
+      card = t.device();
+    } else if (*card != t.device()) {
+      different_devices(*card, t.device());
+    }
+  };
+  for (const auto& v : torch::jit::last(*stack, n)) {
+    if (v.isList()) {
+      for (const auto& e : v.toListRef()) visit(e);
+    } else {
+      visit(v);
+    }
+  }
+  if (cpu && card && !takes_cpu_indices(op.schema().operator_name())) {
+    different_devices(*cpu, *card);
+  }
+  return card;
+}
+
+// ---------------------------------------------------------------------------- half as float32
+// PyTorch's CPU kernels for float16/bfloat16 convolution and matrix products are many times
+// slower than float32 (and torch 1.10's CPU has none for some), so a rehearsal with --amp would
+// look broken. The simulator computes these ops in float32 on the host and rounds the results to
+// the inputs' half type. Results keep the dtype the model would see on a card, so this proves
+// that half precision flows through the model as on hardware (autocast casts, half activations,
+// float32 master weights, the grad scaler); it proves nothing about half-precision numerics,
+// which here are float32's rounded once.
+
+// The half type that every floating tensor among `ts` has, if they all have the same one.
+static c10::optional<at::ScalarType> shared_half_type(const std::vector<at::Tensor>& ts) {
+  c10::optional<at::ScalarType> half;
+  for (const auto& t : ts) {
+    if (!t.defined() || !t.is_floating_point()) continue;
+    const auto type = t.scalar_type();
+    if (type != at::kHalf && type != at::kBFloat16) return c10::nullopt;
+    if (half && *half != type) return c10::nullopt;
+    half = type;
+  }
+  return half;
+}
+
+// A float32 copy of a half host tensor (other tensors as they are).
+static at::Tensor as_float32(const at::Tensor& t) {
+  return t.defined() && t.is_floating_point() ? t.to(at::kFloat) : t;
+}
+
+// Out-of-place matrix products, and those torch.matmul and F.linear decompose into on both
+// generations (mv/addmv/dot for vectors); their in-place and out= forms take the normal path.
+static bool computed_in_float32(const c10::FunctionSchema& schema) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::mm",  "aten::addmm", "aten::bmm", "aten::baddbmm",
+      "aten::mv",  "aten::addmv", "aten::dot"};
+  return schema.overload_name().empty() && ops.count(schema.name()) > 0;
+}
+
+// ---------------------------------------------------------------------------- fallback
+static c10::IValue map_tensors(const c10::IValue& v,
+                               const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  if (v.isTensor()) return fn(v.toTensor());
+  if (v.isTensorList()) {
+    auto list = v.toTensorVector();
+    for (auto& t : list) t = fn(t);
+    return c10::IValue(list);
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const c10::IValue e : list) {
+      out.push_back(e.isTensor() ? c10::IValue(fn(e.toTensor())) : e);
+    }
+    return out;
+  }
+  return v;
+}
+
+#if MMGCU_SIM_TORCH2
+static const c10::AliasInfo* alias_of(const c10::Argument& a) { return a.alias_info(); }
+#else  // torch 1.10: Argument::alias_info() is an optional, not a pointer
+static const c10::AliasInfo* alias_of(const c10::Argument& a) {
+  const auto& info = a.alias_info();
+  return info.has_value() ? &*info : nullptr;
+}
+#endif
+
+static bool same_alias(const c10::AliasInfo* a, const c10::AliasInfo* b) {
+  return a != nullptr && b != nullptr && a->beforeSets() == b->beforeSets();
+}
+
+// The half type of a matrix product's inputs when it is to be computed in float32. Mixed
+// inputs (half with float32) take the normal path, which refuses them as PyTorch does.
+static c10::optional<at::ScalarType> float32_compute_type(const c10::FunctionSchema& schema,
+                                                          const torch::jit::Stack& stack,
+                                                          size_t first) {
+  if (!computed_in_float32(schema)) return c10::nullopt;
+  std::vector<at::Tensor> inputs;
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) inputs.push_back(stack[i].toTensor());
+  }
+  return shared_half_type(inputs);
+}
+
+// Every op without a card kernel: check devices, then run the CPU kernel on the cards' host
+// memory itself (no copy), so in-place updates land on the card as they would on hardware.
+static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto card = check_same_device(op, stack);
+  TORCH_CHECK(card.has_value(), op.schema().name(), ": no simulated card among the arguments");
+  const auto& schema = op.schema();
+  const auto& args = schema.arguments();
+  const size_t first = stack->size() - args.size();
+  std::vector<c10::IValue> given(stack->begin() + first, stack->end());
+  const auto half = float32_compute_type(schema, *stack, first);
+  // out= arguments may be resized by the kernel: they get a host copy, written back below.
+  std::vector<std::pair<size_t, at::Tensor>> outs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto& v = (*stack)[first + i];
+    const auto* alias = alias_of(args[i]);
+    if (v.isTensor() && is_card(v.toTensor()) && args[i].kwarg_only() && alias &&
+        alias->isWrite()) {
+      auto host = host_alias(v.toTensor()).clone();
+      outs.emplace_back(i, host);
+      v = host;
+    } else if (v.isDevice() && v.toDevice().type() == card->type()) {
+      v = c10::IValue(c10::Device(c10::DeviceType::CPU));
+    } else if (half) {
+      v = map_tensors(v, [](const at::Tensor& t) {
+        return is_card(t) ? as_float32(host_alias(t)) : as_float32(t);
+      });
+    } else {
+      v = map_tensors(v, [](const at::Tensor& t) { return is_card(t) ? host_alias(t) : t; });
+    }
+  }
+  {
+    const c10::DeviceGuard guard(*card);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+  for (const auto& out : outs) {
+    auto target = given[out.first].toTensor();
+    const at::Tensor& host = out.second;
+    if (target.sizes() != host.sizes()) {
+      const c10::DeviceGuard guard(*card);
+      at::native::resize_(target, host.sizes(), c10::nullopt);
+    }
+    at::Tensor dst = host_alias(target);
+    dst.copy_(host);
+  }
+  const auto& rets = schema.returns();
+  const size_t rfirst = stack->size() - rets.size();
+  for (size_t r = 0; r < rets.size(); ++r) {
+    auto& v = (*stack)[rfirst + r];
+    const auto* ralias = alias_of(rets[r]);
+    c10::optional<size_t> source;
+    for (size_t i = 0; ralias && i < args.size(); ++i) {
+      if (same_alias(ralias, alias_of(args[i])) && given[i].isTensor()) source = i;
+    }
+    if (source && ralias->isWrite()) {
+      v = given[*source];  // in-place and out=: the card tensor itself
+    } else if (source && v.isTensor() && is_card(given[*source].toTensor())) {
+      // A view of a card tensor: the same storage, seen through the view's geometry.
+      const auto& base = given[*source].toTensor();
+      const auto& view_t = v.toTensor();
+      const auto bytes = static_cast<const char*>(view_t.data_ptr()) -
+                         static_cast<const char*>(base.data_ptr());
+      if (view_t.dtype() == base.dtype() && bytes % base.itemsize() == 0) {
+        v = at::cpu::as_strided(base, view_t.sizes(), view_t.strides(),
+                                base.storage_offset() + bytes / base.itemsize());
+      } else {
+        v = onto_card(view_t, *card);
+      }
+    } else {
+      v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, *card, half); });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- python
+static int check_card(int64_t card) {
+  TORCH_CHECK(card >= 0 && card < kMaxCards, "no card ", card);
+  return static_cast<int>(card);
+}
+
+// The functions mmgcu.sim uses on both generations; each translation unit adds `install`.
+inline void define_common(pybind11::module& m) {
+  m.def("card_count", [] { return g_card_count.load(); });
+  m.def("current_device", [] { return static_cast<int64_t>(t_current); });
+  m.def("set_device", [](int64_t i) { t_current = static_cast<c10::DeviceIndex>(i); });
+  m.def("memory_allocated", [](int64_t card) {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    return g_memory[check_card(card)].allocated;
+  });
+  m.def("max_memory_allocated", [](int64_t card) {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    return g_memory[check_card(card)].peak;
+  });
+  m.def("reset_peak", [](int64_t card) {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    auto& mem = g_memory[check_card(card)];
+    mem.peak = mem.allocated;
+  });
+  m.def("manual_seed", [](int64_t card, uint64_t seed) {
+    auto gen = default_generator(static_cast<c10::DeviceIndex>(card));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  });
+  m.def("host_alias", &host_alias,
+        "a CPU tensor over a card tensor's host memory (no copy; not a host read)");
+  m.def(
+      "host_reads",
+      [] {
+        pybind11::dict reads;
+        reads["scalar_reads"] = g_scalar_reads.load();
+        reads["copies_to_host"] = g_copies_to_host.load();
+        return reads;
+      },
+      "values read back from the cards by the host in this process: scalar reads "
+      "(.item(), float(), bool()) and copies to CPU tensors (.cpu(), .tolist(), .numpy())");
+  m.def(
+      "reset_host_reads",
+      [] {
+        g_scalar_reads.store(0);
+        g_copies_to_host.store(0);
+      },
+      "set the host-read counters to zero");
+}
+
+}  // namespace mmgcu_sim
