@@ -33,6 +33,8 @@ def load_build_module():
 PRELUDE = """\
 import importlib.util
 import json
+import os
+import sys
 import types
 
 import torch
@@ -50,11 +52,21 @@ D0 = torch.device(KIND, 0)
 D1 = torch.device(KIND, 1)
 """
 
+# A snippet ends without interpreter teardown. After a backward on a card, PyTorch's autograd
+# thread for that device may still be releasing its last graph task, which needs the GIL; a
+# Python 3.11 interpreter finalizing meanwhile ends that thread inside a noexcept destructor
+# ("terminate called without an active exception", about 1 run in 20 here). An exception
+# raised before this line still fails the snippet.
+EPILOGUE = """
+sys.stdout.flush()
+os._exit(0)
+"""
+
 
 def native_json(code, kind="xla", cards=4):
     """Run ``code`` after installing ``cards`` simulated cards of ``kind``; its last JSON."""
     prelude = PRELUDE.format(build=BUILD_PY, cards=cards, kind=kind)
-    return last_json(run_python(prelude + code, timeout=600).stdout)
+    return last_json(run_python(prelude + code + EPILOGUE, timeout=600).stdout)
 
 
 # ---------------------------------------------------------------------------- placement
