@@ -27,12 +27,15 @@ def needs_simulator(args):
 
 
 def _check_variant(text, name, placed_on, path):
-    """The variant is what it claims: GCURunner logs its placement check, Runner does not."""
-    gcu_runner = "mmgcu placement" in text
-    if gcu_runner != (placed_on is not None) or (
-        placed_on and not re.search(rf"rank 0 on \S+: {re.escape(placed_on)} \(", text)
-    ):
-        raise RuntimeError(f"{name}: not the runner/device it should be; see {path}")
+    """The variant is what it claims: GCURunner's placement check logs each rank's device
+    (``    rank 0 on HOST: cpu (card 0 of 1)``), Runner logs no such line."""
+    found = re.search(r"rank 0 on \S+: (\S+) \(card ", text)
+    placed = found.group(1) if found else None
+    if placed != placed_on:
+        raise RuntimeError(
+            f"{name}: rank 0 placed on {placed}, expected {placed_on} (None: stock Runner); "
+            f"see {path}"
+        )
 
 
 def _logged_times(work):
