@@ -104,6 +104,7 @@ def test_rehearsal_plan_interleaves_old_and_new():
         ["fp32", "baseline"],
     ]
     assert rehearsal.plan(2, 0, 0) == [["fp32"], ["fp32"]]
+    assert rehearsal.plan(1, 0, 2) == [["fp32", "amp"], ["fp32", "amp"]]  # amp has a partner
 
 
 def _run(variant, wall, code=0):
@@ -131,7 +132,7 @@ def test_rehearsal_verdicts():
     assert gcu1["median_wall_s"] == 41 and gcu1["baseline_median_s"] == 31
     assert gcu1["new_over_baseline"] == pytest.approx(41 / 31)
     assert gcu1["baseline_passed"] is False and gcu1["passed"] is False  # 1.32 > 1.2
-    assert gcu1["amp_over_fp32"] == pytest.approx(44 / 41)
+    assert gcu1["amp_over_fp32"] == pytest.approx(44 / 40)  # against round 1's fp32 run
     assert gcu1["pair_ratios"] == pytest.approx([40 / 30, 42 / 32, 41 / 31])
     gcu2 = _results()["rehearsal"]["apis"]["gcu2"]
     assert gcu2["all_exit_0"] is False and gcu2["passed"] is False

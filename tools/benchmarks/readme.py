@@ -83,7 +83,12 @@ def rehearsal(result):
         value = " / ".join(
             f"{_s(r['amp_median_s'])} ({r['amp_over_fp32']:.2f}× fp32)" for r in amp.values()
         )
-        out.append(ROW.format(f"rehearsal with `--amp`, {' / '.join(amp)}", value, "info"))
+        n = min(len(r["amp_pair_ratios"]) for r in amp.values())
+        what = (
+            f"rehearsal with `--amp`, {' / '.join(amp)} (× fp32: median over {n} runs, each "
+            "against the fp32 run next to it)"
+        )
+        out.append(ROW.format(what, value, "info"))
     for api, r in apis.items():
         if "baseline_median_s" in r:
             pr = r["pair_ratios"]

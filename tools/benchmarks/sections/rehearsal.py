@@ -7,7 +7,8 @@ rebuild (``--rehearsal-baseline``, default commit ``14e0974``, whose API was cal
 ``legacy``), checked out in a throwaway ``git worktree`` in the scratch folder, with its own
 ``dist_train.sh`` and tiny config. Old and new runs are interleaved in pairs (the order
 alternating from pair to pair); target: median(new) / median(old) <= 1.2. The ``--amp`` runs
-are interleaved with the fp32 ones too; their ratio to fp32 is informational.
+are interleaved with the fp32 ones too (each against the fp32 run of its round, median of
+those ratios); informational.
 """
 
 import os.path as osp
@@ -27,9 +28,10 @@ def needs_simulator(args):
 
 
 def plan(runs, pairs, amp_runs):
-    """The runs in order: a list of rounds, each a list of variants. Old and new alternate
+    """The runs in order: a list of rounds, each a list of variants. Every round has an fp32
+    run, so each old and each --amp run has a partner run in its round; old and new alternate
     their order from round to round, so a drift of the machine's load hits both."""
-    counts = dict(fp32=max(runs, pairs), baseline=pairs, amp=amp_runs)
+    counts = dict(fp32=max(runs, pairs, amp_runs), baseline=pairs, amp=amp_runs)
     rounds = []
     for r in range(max(counts.values())):
         pair = ["fp32", "baseline"] if r % 2 == 0 else ["baseline", "fp32"]
@@ -73,7 +75,9 @@ def _summary(api, runs, baseline):
     passed = out["all_exit_0"] and fp32 < WALL_TARGET_S
     if walls["amp"]:
         out.update(amp_walls_s=walls["amp"], amp_median_s=median(walls["amp"]))
-        out["amp_over_fp32"] = out["amp_median_s"] / fp32
+        # Each --amp run against the fp32 run of its round (the first rounds have both).
+        out["amp_pair_ratios"] = [a / f for f, a in zip(walls["fp32"], walls["amp"])]
+        out["amp_over_fp32"] = median(out["amp_pair_ratios"])
     if baseline:
         old = walls["baseline"]
         out.update(baseline_commit=baseline["commit"], baseline_api=baseline["api"])
@@ -133,7 +137,8 @@ def _api_rows(api, r):
     ]  # fmt: skip
     if "amp_median_s" in r:
         out.append((f"--amp run ({api}), wall", r["amp_median_s"], "s", "info", ""))
-        out.append((f"--amp / fp32 ({api})", r["amp_over_fp32"], "x", "info", ""))
+        what = f"--amp / fp32 ({api}, median of {len(r['amp_pair_ratios'])} same-round pairs)"
+        out.append((what, r["amp_over_fp32"], "x", "info", ""))
     if "baseline_median_s" in r:
         pr, commit = r["pair_ratios"], r["baseline_commit"][:7]
         what = f"before the 1.x rebuild ({commit}, '{r['baseline_api']}'), wall, median of"
