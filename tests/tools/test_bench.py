@@ -108,7 +108,7 @@ def test_rehearsal_plan_interleaves_old_and_new():
 
 
 def _run(variant, wall, code=0):
-    return dict(variant=variant, wall_s=wall, exit_code=code)
+    return dict(variant=variant, wall_s=wall, cpu_s=2 * wall, exit_code=code)
 
 
 def _results():
@@ -132,6 +132,7 @@ def test_rehearsal_verdicts():
     assert gcu1["median_wall_s"] == 41 and gcu1["baseline_median_s"] == 31
     assert gcu1["new_over_baseline"] == pytest.approx(41 / 31)
     assert gcu1["baseline_passed"] is False and gcu1["passed"] is False  # 1.32 > 1.2
+    assert gcu1["cpu_new_over_baseline"] == pytest.approx(82 / 62)
     assert gcu1["amp_over_fp32"] == pytest.approx(44 / 40)  # against round 1's fp32 run
     assert gcu1["pair_ratios"] == pytest.approx([40 / 30, 42 / 32, 41 / 31])
     gcu2 = _results()["rehearsal"]["apis"]["gcu2"]
@@ -157,7 +158,7 @@ def test_table_json_and_readme_rows(tmp_path):
     text = "\n".join(out["readme"])
     assert "load average 0.5 at the start (0.5–1.5 around the sections)" in text
     assert "**1.10** vs 5.00 / **0.15** vs 5.00" in text
-    assert "41.0 s vs 31.0 s: ratio **1.32**" in text
+    assert "41.0 s vs 31.0 s: ratio **1.32** (pairs 1.31–1.33; CPU time 1.32)" in text
     report.write(out, str(tmp_path / "bench.json"))
     assert report.format_table([tuple(r.values()) for r in out["table"]]).count("\n") > 10
     assert readme.lines(info, {}, {})[2:] == ["| what | value | target |", "|---|---|---|"]

@@ -13,6 +13,7 @@ import json
 import os
 import os.path as osp
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,6 +65,14 @@ def split_list(text: str):
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
+def _children_cpu_s():
+    """User + sys seconds of this process's waited-for descendants (torchrun waits for its
+    ranks, so a launch counts all of them): less sensitive than wall time to other users'
+    load on a shared machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _stop(proc, expired) -> None:
     """Past the limit: SIGTERM (torchrun stops its own workers), SIGKILL 30 s later. Only
     the child this bench started is signalled."""
@@ -102,6 +111,7 @@ class Harness:
         self.compile_run = None
         self.prebuild_s = None
         self.counter = 0
+        self.last_cpu_s = None  # user + sys s of the last run() and all its descendants
         self._datasets = {}
         self._baselines = {}
 
@@ -126,6 +136,7 @@ class Harness:
         os.makedirs(osp.join(self.root, "logs"), exist_ok=True)
         path = osp.join(self.root, "logs", f"{self.counter:03d}-{name}.log")
         limit = timeout or self.args.timeout
+        cpu = _children_cpu_s()
         start = time.perf_counter()
         with open(path, "w") as out:
             proc = subprocess.Popen(
@@ -144,9 +155,11 @@ class Harness:
                 code, seen = _copy_output(proc, out, marker, start)
             finally:
                 timer.cancel()
+        wall = time.perf_counter() - start
+        self.last_cpu_s = _children_cpu_s() - cpu
         if expired.is_set():
             raise RuntimeError(f"{name} ran past {limit:.0f} s; log {path}")
-        return code, time.perf_counter() - start, seen, path
+        return code, wall, seen, path
 
     def check(self, code, path, what):
         if code != 0:

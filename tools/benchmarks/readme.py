@@ -99,8 +99,11 @@ def rehearsal(result):
             )
             value = (
                 f"{_s(r['median_wall_s'])} vs {_s(r['baseline_median_s'])}: ratio "
-                f"**{r['new_over_baseline']:.2f}** (pairs {min(pr):.2f}–{max(pr):.2f})"
+                f"**{r['new_over_baseline']:.2f}** (pairs {min(pr):.2f}–{max(pr):.2f}"
             )
+            if "cpu_new_over_baseline" in r:
+                value += f"; CPU time {r['cpu_new_over_baseline']:.2f}"
+            value += ")"
             out.append(ROW.format(what, value, "≤ 1.2"))
     return out
 

@@ -15,7 +15,7 @@ import os.path as osp
 import re
 import shutil
 
-from harness import REPO, TINY_REL, log, median
+from harness import REPO, TINY_REL, load1, log, median
 
 TITLE = "rehearsal"
 WALL_TARGET_S = 60.0
@@ -48,6 +48,7 @@ def _one(h, api, variant, cfg, baseline, index):
     cmd += ["--amp"] if variant == "amp" else []
     sim_api = baseline["api"] if old else api
     env = h.env(simulate=8, api=sim_api, tree=tree, PYTHON=h.python)
+    before = load1()
     code, wall, _, path = h.run(cmd, env, name, cwd=tree)
     with open(path) as f:
         text = f.read()
@@ -58,6 +59,8 @@ def _one(h, api, variant, cfg, baseline, index):
         variant=variant,
         exit_code=code,
         wall_s=wall,
+        cpu_s=h.last_cpu_s,
+        load1_before=before,
         miou=float(miou[-1]) if miou else None,
         checkpoint=osp.exists(osp.join(work, "iter_4.pth")),
         log=osp.basename(path),
@@ -69,6 +72,7 @@ def _one(h, api, variant, cfg, baseline, index):
 
 def _summary(api, runs, baseline):
     walls = {v: [r["wall_s"] for r in runs if r["variant"] == v] for v in VARIANTS}
+    cpus = {v: [r.get("cpu_s") for r in runs if r["variant"] == v] for v in VARIANTS}
     fp32 = median(walls["fp32"])
     out = dict(api=api, runs=runs, fp32_walls_s=walls["fp32"], median_wall_s=fp32)
     out["all_exit_0"] = all(r["exit_code"] == 0 for r in runs)
@@ -85,6 +89,8 @@ def _summary(api, runs, baseline):
         out["new_over_baseline"] = fp32 / out["baseline_median_s"]
         out["pair_ratios"] = [n / o for n, o in zip(walls["fp32"], old)]
         out["baseline_passed"] = out["new_over_baseline"] <= BASELINE_RATIO_TARGET
+        if None not in cpus["fp32"] + cpus["baseline"]:  # informational: CPU time of all ranks
+            out["cpu_new_over_baseline"] = median(cpus["fp32"]) / median(cpus["baseline"])
         passed = passed and out["baseline_passed"]
     out["passed"] = passed
     return out
@@ -148,6 +154,9 @@ def _api_rows(api, r):
              "x", f"<= {BASELINE_RATIO_TARGET}", _verdict(r["baseline_passed"])),
             (f"{api} / before, per pair, min..max", f"{min(pr):.3f}..{max(pr):.3f}", "x", "", ""),
         ]  # fmt: skip
+        if "cpu_new_over_baseline" in r:
+            what = f"{api} / before, CPU time (user+sys of all ranks), medians"
+            out.append((what, r["cpu_new_over_baseline"], "x", "info", ""))
     return out
 
 
