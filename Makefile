@@ -57,8 +57,10 @@ demo: install
 	echo "Rehearse your own config the same way:" && \
 	echo "  source .venv/bin/activate && MMGCU_SIMULATE=8 mmgcu train CONFIG"
 
-# What mmgcu costs: per-iteration overhead, start-up, the 8-card rehearsal, the simulator's
-# cost per op. BENCH_ARGS=--quick for a smoke run, --check to fail when a target is missed.
+# What mmgcu costs: per-iteration overhead, start-up, the 8-card rehearsal (both torch_gcu
+# APIs, --amp, gcu1 against the code before the 1.x rebuild), the simulator's cost per op,
+# card reads per iteration, one SyncBN layer. BENCH_ARGS=--quick for a smoke run, --check to
+# fail when a target is missed.
 BENCH_ARGS ?=
 bench: install
 	$(PY) tools/benchmarks/bench.py --out bench_results/bench.json $(BENCH_ARGS)

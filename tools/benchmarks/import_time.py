@@ -3,7 +3,8 @@
 Timed with ``time.perf_counter`` around each import, in the order mmgcu itself needs them:
 torch, then the mmengine modules mmgcu uses, then mmgcu (with ``MMGCU_SIMULATE`` set, this
 is where the simulator's C++ part is loaded, or compiled on a first run). The sum is the
-time of ``import mmgcu`` in a fresh interpreter. Prints one JSON line.
+time of ``import mmgcu`` in a fresh interpreter. Prints one JSON line, with the file mmgcu
+was imported from (so the bench can check which checkout a child runs).
 """
 
 import importlib
@@ -31,6 +32,7 @@ def main() -> None:
                 mmgcu_s=t3 - t2,
                 total_s=t3 - t0,
                 simulated=bool(mmgcu.sim.is_installed()),
+                mmgcu_file=mmgcu.__file__,
                 torch_version=torch.__version__,
                 python=sys.version.split()[0],
             )

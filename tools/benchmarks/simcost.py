@@ -1,6 +1,6 @@
 """Child of bench.py: what one simulated card costs against the plain CPU, in one process.
 
-Run with ``MMGCU_SIMULATE=1`` (``MMGCU_SIMULATE_API=v2|legacy``). It builds the tiny
+Run with ``MMGCU_SIMULATE=1`` (``MMGCU_SIMULATE_API=gcu2|gcu1``). It builds the tiny
 config's model (an mmseg EncoderDecoder, SyncBN reverted to BN as GCURunner does for one
 process) twice from the same weights, one on the CPU and one on card 0, and times with
 :mod:`timeit`:
@@ -63,7 +63,7 @@ def _batch(torch, size, n, seed=0):
     return dict(inputs=inputs, data_samples=samples)
 
 
-def main() -> None:
+def _parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per device")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per device first")
@@ -71,31 +71,27 @@ def main() -> None:
     parser.add_argument("--op-repeat", type=int, default=5, help="timings per op (median)")
     parser.add_argument("--size", type=int, default=64, help="image side of the batch")
     parser.add_argument("--batch", type=int, default=2, help="images per step (config: 2)")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    import mmgcu  # installs the simulated torch_gcu first
 
-    if not mmgcu.sim.is_installed():
-        sys.exit("simcost.py needs MMGCU_SIMULATE=1")
-    import torch
-    import torch.nn.functional as F
+def _model(torch):
+    """The tiny config's model, SyncBN reverted to BN, weights initialised (seed 0)."""
     from mmengine.config import Config
     from mmengine.model import revert_sync_batchnorm
-    from mmengine.optim import OptimWrapper
     from mmseg.registry import MODELS
     from mmseg.utils import register_all_modules
 
     register_all_modules()
-    backend = mmgcu.get_backend()
-    card = backend.device(0)
     torch.manual_seed(0)
-    cfg = Config.fromfile(TINY)
-    model = revert_sync_batchnorm(MODELS.build(cfg.model))
+    model = revert_sync_batchnorm(MODELS.build(Config.fromfile(TINY).model))
     model.init_weights()
-    data = _batch(torch, args.size, args.batch)
+    return model
 
-    result = dict(api=mmgcu.sim.state.api, card=str(card), steps={}, first_loss={}, ops={})
-    devices = (("cpu", torch.device("cpu")), ("card", card))
+
+def _time_steps(torch, model, data, devices, args, result):
+    """Per device: the first step's loss, warm-up steps, then interleaved timed steps."""
+    from mmengine.optim import OptimWrapper
+
     steps = {}
     for name, device in devices:
         m = copy.deepcopy(model).to(device).train()
@@ -113,20 +109,41 @@ def main() -> None:
     cpu, gcu = (statistics.median(result["steps"][k]) for k, _ in devices)
     result["step_median_s"] = dict(cpu=cpu, card=gcu, ratio=gcu / cpu)
 
+
+def _time_op(torch, F, stmt, devices, args):
+    timers = {}
+    for name, device in devices:
+        env = dict(torch=torch, F=F, **_tensors(torch, device))
+        timers[name] = timeit.Timer(stmt, globals=env)
+        timers[name].timeit(number=max(1, args.op_number // 10))  # warm-up
+    per_op = {name: [] for name in timers}
+    for _ in range(args.op_repeat):
+        for name, timer in timers.items():
+            per_op[name].append(timer.timeit(number=args.op_number) / args.op_number * 1e6)
+    row = {f"{name}_us": statistics.median(v) for name, v in per_op.items()}
+    row["overhead_us"] = row["card_us"] - row["cpu_us"]
+    row["ratio"] = row["card_us"] / row["cpu_us"]
+    return row
+
+
+def main() -> None:
+    args = _parse_args()
+
+    import mmgcu  # installs the simulated torch_gcu first
+
+    if not mmgcu.sim.is_installed():
+        sys.exit("simcost.py needs MMGCU_SIMULATE=1")
+    import torch
+    import torch.nn.functional as F
+
+    card = mmgcu.select_accelerator("auto").device(0)
+    model = _model(torch)
+    data = _batch(torch, args.size, args.batch)
+    result = dict(api=mmgcu.sim.state.api, card=str(card), steps={}, first_loss={}, ops={})
+    devices = (("cpu", torch.device("cpu")), ("card", card))
+    _time_steps(torch, model, data, devices, args, result)
     for op, stmt in OPS.items():
-        timers = {}
-        for name, device in devices:
-            env = dict(torch=torch, F=F, **_tensors(torch, device))
-            timers[name] = timeit.Timer(stmt, globals=env)
-            timers[name].timeit(number=max(1, args.op_number // 10))  # warm-up
-        per_op = {name: [] for name in timers}
-        for _ in range(args.op_repeat):
-            for name, timer in timers.items():
-                per_op[name].append(timer.timeit(number=args.op_number) / args.op_number * 1e6)
-        row = {f"{name}_us": statistics.median(v) for name, v in per_op.items()}
-        row["overhead_us"] = row["card_us"] - row["cpu_us"]
-        row["ratio"] = row["card_us"] / row["cpu_us"]
-        result["ops"][op] = row
+        result["ops"][op] = _time_op(torch, F, stmt, devices, args)
     result["torch_version"] = torch.__version__
     print(json.dumps(result))
 

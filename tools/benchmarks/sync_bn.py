@@ -46,36 +46,26 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def measure(
-    shapes=DEFAULT_SHAPES,
-    world_size=2,
-    number=20,
-    repeat=5,
-    threads=1,
-    python=sys.executable,
-    timeout=600,
-):
-    """Run the ranks; return the per-shape timings (ms per call) and collective counts."""
-    port = _free_port()
-    procs = []
-    for rank in range(world_size):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MMGCU_", "TOPS_"))}
-        env.update(
-            PYTHONPATH=REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
-            OMP_NUM_THREADS=str(threads),
-            MKL_NUM_THREADS=str(threads),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-        )
-        cmd = [python, osp.abspath(__file__), "--rank-child", "--number", str(number)]
-        cmd += ["--repeat", str(repeat), "--shapes", ",".join(_name(s) for s in shapes)]
-        procs.append(
-            subprocess.Popen(
-                cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-        )
+def _start_rank(rank, port, shapes, world_size, number, repeat, threads, python):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MMGCU_", "TOPS_"))}
+    env.update(
+        PYTHONPATH=REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+    )
+    cmd = [python, osp.abspath(__file__), "--rank-child", "--number", str(number)]
+    cmd += ["--repeat", str(repeat), "--shapes", ",".join(_name(s) for s in shapes)]
+    return subprocess.Popen(
+        cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait(procs, timeout):
+    """Each rank's JSON result; raises if one failed or ran past ``timeout``."""
     try:
         outputs = [p.communicate(timeout=timeout) for p in procs]
     except subprocess.TimeoutExpired:
@@ -87,27 +77,44 @@ def measure(
     if failed:
         report = "\n".join(f"--- rank {r}\n{outputs[r][1]}" for r in failed)
         raise RuntimeError(f"sync_bn benchmark rank(s) {failed} failed:\n{report}")
-    ranks = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
 
-    result = {
+
+def _shape_row(ranks, key):
+    row = {}
+    for variant in VARIANTS:
+        row[f"{variant}_ms"] = ranks[0][key][variant]
+        row[f"{variant}_ms_slowest_rank"] = max(r[key][variant] for r in ranks)
+    row["gcu_sync_bn_over_bn"] = row["gcu_sync_bn_ms"] / row["bn_ms"]
+    row["gcu_sync_bn_local_over_bn"] = row["gcu_sync_bn_local_ms"] / row["bn_ms"]
+    row.update(ranks[0][key]["collectives"])
+    return row
+
+
+def measure(
+    shapes=DEFAULT_SHAPES,
+    world_size=2,
+    number=20,
+    repeat=5,
+    threads=1,
+    python=sys.executable,
+    timeout=600,
+):
+    """Run the ranks; return the per-shape timings (ms per call) and collective counts."""
+    port = _free_port()
+    procs = [
+        _start_rank(rank, port, shapes, world_size, number, repeat, threads, python)
+        for rank in range(world_size)
+    ]
+    ranks = _wait(procs, timeout)
+    return {
         "world_size": world_size,
         "threads": threads,
         "number": number,
         "repeat": repeat,
         "timer": "timeit, median of repeat timings of number calls, ms per call",
-        "shapes": {},
+        "shapes": {_name(shape): _shape_row(ranks, _name(shape)) for shape in shapes},
     }
-    for shape in shapes:
-        key = _name(shape)
-        row = {}
-        for variant in VARIANTS:
-            row[f"{variant}_ms"] = ranks[0][key][variant]
-            row[f"{variant}_ms_slowest_rank"] = max(r[key][variant] for r in ranks)
-        row["gcu_sync_bn_over_bn"] = row["gcu_sync_bn_ms"] / row["bn_ms"]
-        row["gcu_sync_bn_local_over_bn"] = row["gcu_sync_bn_local_ms"] / row["bn_ms"]
-        row.update(ranks[0][key]["collectives"])
-        result["shapes"][key] = row
-    return result
 
 
 # -- one rank ------------------------------------------------------------------------------
@@ -119,13 +126,10 @@ def _train_step(layer, x, gy):
     return run
 
 
-def _rank_main(args):
-    import torch
-    import torch.distributed as dist
-    import torch.nn as nn
-
+def _groups(dist):
+    """A card group over torch.distributed that counts its all-reduces, and a group of 2
+    whose all-reduce does nothing."""
     from mmgcu.device import CardGroup
-    from mmgcu.model.sync_bn import GCUSyncBatchNorm
 
     class Counting(CardGroup):
         def __init__(self):
@@ -142,46 +146,66 @@ def _rank_main(args):
         def all_reduce(self, tensor):
             pass
 
+    return Counting(), NoComm()
+
+
+def _count_collectives(layer, group, x, gy):
+    group.sizes.clear()
+    y = layer(x)
+    forward = list(group.sizes)
+    y.backward(gy)
+    backward = group.sizes[len(forward) :]
+    return {
+        "collectives_forward": len(forward),
+        "collectives_backward": len(backward),
+        "floats_forward": forward,
+        "floats_backward": backward,
+    }
+
+
+def _time_calls(dist, calls, number, repeat):
+    for run in calls.values():  # warm-up
+        run()
+    times = {name: [] for name in calls}
+    for _ in range(repeat):
+        for name, run in calls.items():
+            dist.barrier()
+            times[name].append(timeit.Timer(run).timeit(number) / number)
+    return {name: statistics.median(t) * 1000.0 for name, t in times.items()}
+
+
+def _one_shape(torch, dist, shape, args):
+    import torch.nn as nn
+
+    from mmgcu.model.sync_bn import GCUSyncBatchNorm
+
+    channels = shape[1]
+    x = torch.randn(shape).requires_grad_()
+    gy = torch.randn(shape)
+    group, no_comm = _groups(dist)
+    layers = {
+        "bn": nn.BatchNorm2d(channels),
+        "gcu_sync_bn": GCUSyncBatchNorm(channels, card_group=group),
+        "gcu_sync_bn_local": GCUSyncBatchNorm(channels, card_group=no_comm),
+    }
+    packed = torch.zeros(2 * channels + 1)
+    calls = {name: _train_step(layer, x, gy) for name, layer in layers.items()}
+    calls["all_reduce"] = functools.partial(dist.all_reduce, packed)
+    collectives = _count_collectives(layers["gcu_sync_bn"], group, x, gy)
+    out = _time_calls(dist, calls, args.number, args.repeat)
+    out["collectives"] = collectives
+    return out
+
+
+def _rank_main(args):
+    import torch
+    import torch.distributed as dist
+
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.manual_seed(rank)
+    torch.manual_seed(dist.get_rank())
     out = {}
     for spec in args.shapes.split(","):
-        shape = tuple(int(s) for s in spec.split("x"))
-        channels = shape[1]
-        x = torch.randn(shape).requires_grad_()
-        gy = torch.randn(shape)
-        group = Counting()
-        layers = {
-            "bn": nn.BatchNorm2d(channels),
-            "gcu_sync_bn": GCUSyncBatchNorm(channels, card_group=group),
-            "gcu_sync_bn_local": GCUSyncBatchNorm(channels, card_group=NoComm()),
-        }
-        packed = torch.zeros(2 * channels + 1)
-
-        calls = {name: _train_step(layer, x, gy) for name, layer in layers.items()}
-        calls["all_reduce"] = functools.partial(dist.all_reduce, packed)
-
-        group.sizes.clear()
-        y = layers["gcu_sync_bn"](x)
-        forward = list(group.sizes)
-        y.backward(gy)
-        backward = group.sizes[len(forward) :]
-
-        for run in calls.values():  # warm-up
-            run()
-        times = {name: [] for name in calls}
-        for _ in range(args.repeat):
-            for name, run in calls.items():
-                dist.barrier()
-                times[name].append(timeit.Timer(run).timeit(args.number) / args.number)
-        out[spec] = {name: statistics.median(t) * 1000.0 for name, t in times.items()}
-        out[spec]["collectives"] = {
-            "collectives_forward": len(forward),
-            "collectives_backward": len(backward),
-            "floats_forward": forward,
-            "floats_backward": backward,
-        }
+        out[spec] = _one_shape(torch, dist, tuple(int(s) for s in spec.split("x")), args)
     dist.barrier()
     dist.destroy_process_group()
     print(json.dumps(out))

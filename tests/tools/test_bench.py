@@ -1,0 +1,174 @@
+"""The benchmark's own logic, without running it: options, the host_reads section's config and
+arithmetic, the rehearsal's plan and verdicts, the table, the README rows, the size limits.
+
+``make bench`` itself (minutes of training) is not run here."""
+
+import ast
+import glob
+import os
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+BENCH = os.path.join(REPO, "tools", "benchmarks")
+sys.path.insert(0, BENCH)
+
+import bench  # noqa: E402
+import readme  # noqa: E402
+import report  # noqa: E402
+import sections  # noqa: E402
+from sections import host_reads, rehearsal  # noqa: E402
+
+
+def test_options_defaults_quick_and_old_names():
+    args = bench.parse_args([])
+    assert args.sections == list(sections.NAMES)
+    assert args.rehearsal_apis == ["gcu2", "gcu1"] and args.host_reads_apis == ["gcu2", "gcu1"]
+    assert (args.host_reads_iters, args.host_reads_interval) == (20, 10)
+    quick = bench.parse_args(["--quick", "--overhead-pairs", "2"])
+    assert quick.overhead_pairs == 2  # explicit sizes win over --quick
+    assert quick.overhead_iters == bench.QUICK["overhead_iters"]
+    old = bench.parse_args(["--rehearsal-api", "legacy", "--simcost-apis", "v2,legacy"])
+    assert old.rehearsal_apis == ["gcu1"] and old.simcost_apis == ["gcu2", "gcu1"]
+    assert bench.parse_args(["--sections", "host_reads, sync_bn"]).sections == [
+        "host_reads",
+        "sync_bn",
+    ]
+
+
+@pytest.mark.parametrize("argv", [["--sections", "bogus"], ["--host-reads-apis", "gcu3"]])
+def test_options_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(argv)
+    assert "unknown" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("defer", [True, False])
+def test_host_reads_config_is_the_stock_fcn_config(tmp_path, defer):
+    from mmengine.config import Config
+
+    path = tmp_path / "cfg.py"
+    path.write_text("\n".join(host_reads.config_lines("/data", 20, 10, defer)) + "\n")
+    cfg = Config.fromfile(str(path))
+    assert cfg.runner_type == "GCURunner" and "mmgcu" in cfg.custom_imports.imports
+    assert cfg.model.backbone.depth == 18 and cfg.model.auxiliary_head.num_classes == 4
+    assert cfg.model.backbone.norm_cfg.type == "SyncBN" and cfg.model.pretrained is None
+    dataset = cfg.train_dataloader.dataset
+    assert dataset.type == "BaseSegDataset" and dataset.data_root == "/data"
+    assert "leftImg8bit" not in str(dataset)  # nothing of Cityscapes is left
+    assert cfg.train_cfg.max_iters == 20 and cfg.default_hooks.logger.interval == 10
+    assert cfg.default_hooks.checkpoint.interval > 20 and cfg.val_dataloader is None
+    assert cfg.custom_hooks == [dict(type="HostReadsProbeHook")]
+    assert cfg.get("gcu_defer_scalars", True) is defer
+
+
+def _probe(rank, reads, graph_runs, iters=20, hub="CardMessageHub", api="gcu1", tree=REPO):
+    delta = dict(
+        host_reads=reads, scalar_reads=0, copies_to_host=reads, graph_runs=graph_runs,
+        optimizer_step=graph_runs, unlazy=0,
+    )  # fmt: skip
+    after = dict(api=api, mmgcu_file=os.path.join(tree, "mmgcu", "__init__.py"))
+    return dict(rank=rank, iters=iters, delta=delta, after=after, message_hub=hub)
+
+
+def test_host_reads_averages_over_iterations_and_ranks():
+    probes = [_probe(0, 3, 20), _probe(1, 5, 20)]
+    result = host_reads.summarize(probes, "gcu1", "mmgcu", 20)
+    assert result["per_iter"]["host_reads"] == pytest.approx(0.2)
+    assert result["per_iter"]["graph_runs"] == pytest.approx(1.0)
+    assert [r["host_reads"] for r in result["per_rank"]] == [3, 5]
+
+
+@pytest.mark.parametrize(
+    "probes, match",
+    [
+        ([_probe(0, 3, 20)], "one per rank"),
+        ([_probe(0, 3, 20), _probe(1, 3, 20, iters=19)], "expected 20"),
+        ([_probe(0, 3, 20), _probe(1, 3, 20, hub="MessageHub")], "CardMessageHub"),
+        ([_probe(0, 3, 20), _probe(1, 3, 20, api="gcu2")], "on gcu1"),
+        ([_probe(0, 3, 20), _probe(1, 3, 20, tree="/elsewhere")], "not this checkout"),
+    ],
+)
+def test_host_reads_refuses_runs_that_are_not_what_they_claim(probes, match):
+    with pytest.raises(RuntimeError, match=match):
+        host_reads.summarize(probes, "gcu1", "mmgcu", 20)
+
+
+def test_rehearsal_plan_interleaves_old_and_new():
+    assert rehearsal.plan(1, 0, 1) == [["fp32", "amp"]]
+    assert rehearsal.plan(1, 3, 1) == [
+        ["fp32", "baseline", "amp"],
+        ["baseline", "fp32"],
+        ["fp32", "baseline"],
+    ]
+    assert rehearsal.plan(2, 0, 0) == [["fp32"], ["fp32"]]
+    assert rehearsal.plan(1, 0, 2) == [["fp32", "amp"], ["fp32", "amp"]]  # amp has a partner
+
+
+def _run(variant, wall, code=0):
+    return dict(variant=variant, wall_s=wall, cpu_s=2 * wall, exit_code=code)
+
+
+def _results():
+    base = dict(tree="/tmp/b", commit="14e0974" + "0" * 33, api="legacy")
+    runs = [_run("fp32", 40), _run("baseline", 30), _run("amp", 44)]
+    runs += [_run("baseline", 32), _run("fp32", 42), _run("fp32", 41), _run("baseline", 31)]
+    gcu1 = rehearsal._summary("gcu1", runs, base)
+    gcu2 = rehearsal._summary("gcu2", [_run("fp32", 30), _run("amp", 33, code=1)], None)
+    mine = dict(host_reads=0.15, scalar_reads=0.0, copies_to_host=0.15, graph_runs=1.0)
+    stock = dict(host_reads=5.0, scalar_reads=5.0, copies_to_host=0.0, graph_runs=1.0)
+    reads = dict(mmgcu=dict(per_iter=mine), stock=dict(per_iter=stock), passed=True)
+    bad = dict(mmgcu=dict(per_iter=dict(mine, host_reads=1.1)), stock=reads["stock"])
+    bad["passed"] = host_reads._passed(bad)
+    hr = dict(config=host_reads.FCN_CONFIG, ranks=2, iters=20, log_interval=10)
+    hr["apis"] = dict(gcu2=bad, gcu1=reads)
+    return dict(rehearsal=dict(apis=dict(gcu2=gcu2, gcu1=gcu1)), host_reads=hr)
+
+
+def test_rehearsal_verdicts():
+    gcu1 = _results()["rehearsal"]["apis"]["gcu1"]
+    assert gcu1["median_wall_s"] == 41 and gcu1["baseline_median_s"] == 31
+    assert gcu1["new_over_baseline"] == pytest.approx(41 / 31)
+    assert gcu1["baseline_passed"] is False and gcu1["passed"] is False  # 1.32 > 1.2
+    assert gcu1["cpu_new_over_baseline"] == pytest.approx(82 / 62)
+    assert gcu1["amp_over_fp32"] == pytest.approx(44 / 40)  # against round 1's fp32 run
+    assert gcu1["pair_ratios"] == pytest.approx([40 / 30, 42 / 32, 41 / 31])
+    gcu2 = _results()["rehearsal"]["apis"]["gcu2"]
+    assert gcu2["all_exit_0"] is False and gcu2["passed"] is False
+
+
+def test_table_json_and_readme_rows(tmp_path):
+    args = bench.parse_args(["--sections", "rehearsal,host_reads"])
+    info = dict(
+        date="2026-11-23T20:00:00+00:00", cpu_model="CPU", usable_cpus=2, python="3.11.7",
+        torch="2.13.0", mmengine="0.10.7", mmsegmentation="1.2.2", git_commit="abc1234def",
+        load1_at_start=0.5,
+    )  # fmt: skip
+    loads = dict(host_reads=dict(load1_before=0.5, load1_after=1.5, section_s=1.0))
+    errors = {"sync_bn": "RuntimeError: rank 1 failed"}
+    out = report.build(info, args, _results(), loads, errors, {}, 1.0)
+    table = {(r["section"], r["measurement"]): r for r in out["table"]}
+    mmgcu_gcu2 = table[("5 host reads", "host reads / iteration, mmgcu [gcu2]")]
+    assert (mmgcu_gcu2["value"], mmgcu_gcu2["verdict"]) == (1.1, "FAIL")
+    assert table[("5 host reads", "host reads / iteration, mmgcu [gcu1]")]["verdict"] == "PASS"
+    assert table[("6 SyncBN", "ERROR (see JSON)")]["verdict"] == "FAIL"
+    assert out["passed"] is False
+    text = "\n".join(out["readme"])
+    assert "load average 0.5 at the start (0.5–1.5 around the sections)" in text
+    assert "**1.10** vs 5.00 / **0.15** vs 5.00" in text
+    assert "41.0 s vs 31.0 s: ratio **1.32** (pairs 1.31–1.33; CPU time 1.32)" in text
+    report.write(out, str(tmp_path / "bench.json"))
+    assert report.format_table([tuple(r.values()) for r in out["table"]]).count("\n") > 10
+    assert readme.lines(info, {}, {})[2:] == ["| what | value | target |", "|---|---|---|"]
+
+
+def test_no_file_over_400_lines_no_function_over_40():
+    for path in glob.glob(os.path.join(BENCH, "**", "*.py"), recursive=True):
+        with open(path) as f:
+            text = f.read()
+        assert len(text.splitlines()) <= 400, path
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno < 40, f"{path}: {node.name}"

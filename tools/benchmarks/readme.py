@@ -1,0 +1,168 @@
+"""The rows of README.md's Performance table (``| what | value | target |``) from a bench
+report, with the paragraph that names the machine. Rows of sections that did not run are
+left out."""
+
+ROW = "| {} | {} | {} |"
+
+
+def _ms(s):
+    return f"{s * 1000.0:.1f} ms"
+
+
+def _s(s):
+    return f"{s:.3f} s" if s < 0.1 else (f"{s:.2f} s" if s < 10 else f"{s:.1f} s")
+
+
+def machine(info, loads):
+    during = [v for r in loads.values() for v in (r.get("load1_before"), r.get("load1_after"))]
+    during = [v for v in during if v is not None]
+    spread = f" ({min(during):.1f}–{max(during):.1f} around the sections)" if during else ""
+    return (
+        f"Measured with `make bench` on {info['usable_cpus']} vCPU {info['cpu_model']}, "
+        f"Python {info['python']}, torch {info['torch']}, mmengine {info['mmengine']}, "
+        f"mmseg {info['mmsegmentation']}, {info['date'][:10]}, load average "
+        f"{info['load1_at_start'] or 0:.1f} at the start{spread}; commit "
+        f"{(info['git_commit'] or '?')[:7]}."
+    )
+
+
+def overhead(o):
+    pr = o["pair_ratios"]
+    what = (
+        "per-iteration time, stock `Runner` vs `GCURunner` (same mmseg job, 1 process, CPU, "
+        f"no torch_gcu; {len(pr)} interleaved A/B pairs, median)"
+    )
+    value = (
+        f"{_ms(o['median_B_s'])} vs {_ms(o['median_A_s'])}: ratio **{o['ratio_A_over_B']:.3f}**"
+        f" (pairs {min(pr):.3f}–{max(pr):.3f})"
+    )
+    return [ROW.format(what, value, "≤ 1.01")]
+
+
+def startup(st):
+    no_sim, sim = st["import_no_sim"], st["import_sim8_cached"]
+    out = [
+        ROW.format(
+            "`import mmgcu` (torch and mmengine included / mmgcu itself)",
+            f"{_s(no_sim['median_total_s'])} / {_s(no_sim['median_mmgcu_s'])}",
+            "",
+        )
+    ]
+    first = st.get("sim_first_run_compiles")
+    value = _s(sim["median_total_s"]) + (f" / {_s(first['total_s'])}" if first else " / n/a")
+    out.append(
+        ROW.format(
+            "`import mmgcu` with the simulator, compiled part cached / first run (compiles)",
+            value,
+            "",
+        )
+    )
+    cpu, card = st["launch_cpu_no_sim"], st["launch_sim1_cached"]
+    launch = f"{_s(cpu['median_first_iter_s'])} / {_s(card['median_first_iter_s'])}"
+    what = "launch to first training iteration, `tools/train.py`, CPU / 1 simulated card"
+    return out + [ROW.format(what, launch, "")]
+
+
+def _exits(apis):
+    failed = [api for api, r in apis.items() if not r["all_exit_0"]]
+    return f"**exit ≠ 0 ({', '.join(failed)})**" if failed else "every run exit 0"
+
+
+def rehearsal(result):
+    apis = result["apis"]
+    names = " / ".join(apis)
+    walls = " / ".join(f"**{_s(r['median_wall_s'])}**" for r in apis.values())
+    codes = _exits(apis)
+    what = (
+        "**8-rank simulated rehearsal** of the tiny config "
+        f"(`MMGCU_SIMULATE=8 tools/dist_train.sh`), {names}"
+    )
+    out = [ROW.format(what, f"{walls}, {codes}", "< 60 s")]
+    amp = {a: r for a, r in apis.items() if "amp_median_s" in r}
+    if amp:
+        value = " / ".join(
+            f"{_s(r['amp_median_s'])} ({r['amp_over_fp32']:.2f}× fp32)" for r in amp.values()
+        )
+        n = min(len(r["amp_pair_ratios"]) for r in amp.values())
+        what = (
+            f"rehearsal with `--amp`, {' / '.join(amp)} (× fp32: median over {n} runs, each "
+            "against the fp32 run next to it)"
+        )
+        out.append(ROW.format(what, value, "info"))
+    for api, r in apis.items():
+        if "baseline_median_s" in r:
+            pr = r["pair_ratios"]
+            what = (
+                f"{api} rehearsal vs the code before the torch_gcu 1.x rebuild "
+                f"(`{r['baseline_commit'][:7]}`, API `{r['baseline_api']}`; {len(pr)} "
+                "interleaved pairs, median)"
+            )
+            value = (
+                f"{_s(r['median_wall_s'])} vs {_s(r['baseline_median_s'])}: ratio "
+                f"**{r['new_over_baseline']:.2f}** (pairs {min(pr):.2f}–{max(pr):.2f}"
+            )
+            if "cpu_new_over_baseline" in r:
+                value += f"; CPU time {r['cpu_new_over_baseline']:.2f}"
+            value += ")"
+            out.append(ROW.format(what, value, "≤ 1.2"))
+    return out
+
+
+def simcost(sc):
+    parts = []
+    for c in sc.values():
+        m = c["step_median_s"]
+        parts.append(f"{_ms(m['cpu'])} vs {_ms(m['card'])} ({m['ratio']:.2f}×)")
+    names = " / ".join(sc)
+    what = f"simulator cost: train step of the tiny model, CPU vs simulated card ({names})"
+    ops = [(op, row["overhead_us"]) for c in sc.values() for op, row in c["ops"].items()]
+    small = [us for op, us in ops if not op.startswith("conv2d")]
+    conv = [us for op, us in ops if op.startswith("conv2d")]
+    value = f"{min(small):+.1f} to {max(small):+.1f} µs; {min(conv):+.1f} to {max(conv):+.1f} µs"
+    per_op = f"simulator cost per small op (64×64 add, mul_, matmul, relu, sum; 3×3 conv), {names}"
+    return [ROW.format(what, " / ".join(parts), "info"), ROW.format(per_op, value, "info")]
+
+
+def host_reads(result):
+    apis = result["apis"]
+    what = (
+        "**card reads per iteration** (waits for the card), mmgcu vs stock mmengine logging "
+        f"(`gcu_defer_scalars=False`); mmseg `{result['config'].split('/')[-1]}`, 64×64, "
+        f"{result['ranks']} ranks, {result['iters']} iterations, log every "
+        f"{result['log_interval']}; {' / '.join(apis)}"
+    )
+    value = " / ".join(_versus(r, "host_reads", bold=True) for r in apis.values())
+    out = [ROW.format(what, value, "≤ 0.25 (ideal 0.1)")]
+    if "gcu1" in apis:
+        what = "lazy graph runs per iteration (gcu1), mmgcu vs stock logging"
+        out.append(ROW.format(what, _versus(apis["gcu1"], "graph_runs"), ""))
+    return out
+
+
+def _versus(r, key, bold=False):
+    mine = f"{r['mmgcu']['per_iter'][key]:.2f}"
+    return f"{f'**{mine}**' if bold else mine} vs {r['stock']['per_iter'][key]:.2f}"
+
+
+def sync_bn(result):
+    out = []
+    for shape, r in result["shapes"].items():
+        what = (
+            f"one `GCUSyncBatchNorm` vs `BatchNorm2d`, forward+backward, {shape} per rank, "
+            f"{result['world_size']} gloo ranks (CPU)"
+        )
+        value = (
+            f"{r['gcu_sync_bn_ms']:.2f} vs {r['bn_ms']:.2f} ms ({r['gcu_sync_bn_over_bn']:.1f}×; "
+            f"local ops {r['gcu_sync_bn_local_ms']:.2f} ms); {r['collectives_forward']}+"
+            f"{r['collectives_backward']} all-reduce per call"
+        )
+        out.append(ROW.format(what, value, "info"))
+    return out
+
+
+def lines(info, results, loads):
+    out = [machine(info, loads), "", ROW.format("what", "value", "target"), "|---|---|---|"]
+    for name in ("overhead", "startup", "rehearsal", "simcost", "host_reads", "sync_bn"):
+        if results.get(name):
+            out += globals()[name](results[name])
+    return out
