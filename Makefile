@@ -43,19 +43,29 @@ test-t20: install-t20
 # (mmgcu train), 40 iterations that learn; then the loss and mIoU curves and a few
 # predictions as PNG files, and what was learnt next to the background-only baseline.
 DEMO_CONFIG := configs/tiny/fcn_r18-tiny-d8_8xgcu-40it_synthetic-64x64.py
-DEMO_WORK := work_dirs/demo
-demo: install
-	$(PY) tools/make_synthetic_dataset.py data/synthetic
-	rm -rf $(DEMO_WORK) && mkdir -p $(DEMO_WORK)
+
+# $(call run_demo,PYTHON,WORK_DIR,SIMULATOR_ENV,WHAT): train, plot, say where things are.
+define run_demo
+	$(1) tools/make_synthetic_dataset.py data/synthetic
+	rm -rf $(2) && mkdir -p $(2)
 	@set -o pipefail; start=$$(date +%s); \
-	MMGCU_SIMULATE=8 PYTHON=$(PY) tools/dist_train.sh $(DEMO_CONFIG) --work-dir $(DEMO_WORK) 2>&1 \
-		| tee $(DEMO_WORK)/demo.log && \
+	$(3) PYTHON=$(1) tools/dist_train.sh $(DEMO_CONFIG) --work-dir $(2) 2>&1 \
+		| tee $(2)/demo.log && \
 	echo "---------------------------------------------------------------------------" && \
-	echo "8 simulated GCU cards, $(DEMO_CONFIG): $$(( $$(date +%s) - start )) s" && \
-	$(PY) tools/plot_demo.py $(DEMO_WORK) && \
-	echo "log:         $(DEMO_WORK)/demo.log" && \
-	echo "Rehearse your own config the same way:" && \
+	echo "$(4), $(DEMO_CONFIG): $$(( $$(date +%s) - start )) s" && \
+	$(1) tools/plot_demo.py $(2) && \
+	echo "log:         $(2)/demo.log"
+endef
+
+demo: install
+	$(call run_demo,$(PY),work_dirs/demo,MMGCU_SIMULATE=8,8 simulated GCU cards)
+	@echo "Rehearse your own config the same way:" && \
 	echo "  source .venv/bin/activate && MMGCU_SIMULATE=8 mmgcu train CONFIG"
+
+# The same demo on the T20's own stack (.venv-t20: Python 3.8, torch 1.10) and its
+# torch_gcu 1.x API (XLA devices xla:N, ECCL in torch_gcu.distributed), simulated.
+demo-t20: install-t20
+	$(call run_demo,$(T20_PY),work_dirs/demo-t20,MMGCU_SIMULATE=8 MMGCU_SIMULATE_API=gcu1,8 simulated T20 cards (torch_gcu 1.x on torch 1.10))
 
 # What mmgcu costs: per-iteration overhead, start-up, the 8-card rehearsal (both torch_gcu
 # APIs, --amp, gcu1 against the code before the 1.x rebuild), the simulator's cost per op,

@@ -1,5 +1,6 @@
 """The built wheel alone: installed into a clean venv, ``mmgcu train`` and ``mmgcu test`` run
-mmseg on 8 simulated cards with nothing of the checkout on the path.
+mmseg on simulated cards with nothing of the checkout on the path (2 cards: the 8-card runs
+are tests/e2e's; this test is about what the wheel holds).
 
 The venv is made fresh on every run, at one fixed path (so the simulator's compiled part,
 keyed by its source path, is built once per machine); its dependencies come from the
@@ -10,6 +11,7 @@ two runs on one machine take turns.
 import fcntl
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 import sys
@@ -105,7 +107,7 @@ def test_wheel_ships_configs_and_entry_points(installed):
     assert "tiny/fcn_r18-tiny_8xgcu_synthetic-64x64.py" in listing
 
 
-def test_train_and_test_on_8_simulated_cards(installed):
+def test_train_and_test_on_simulated_cards(installed):
     bin_dir, tmp = installed
     mmgcu = osp.join(bin_dir, "mmgcu")
     python = osp.join(bin_dir, "python")
@@ -122,11 +124,11 @@ def test_train_and_test_on_8_simulated_cards(installed):
         # mmgcu test validates below: no validation during training.
         "train_cfg = dict(type='IterBasedTrainLoop', max_iters=4, val_interval=100)\n"
     )
-    out = ok(run([mmgcu, "train", cfg, "--work-dir", tmp / "work"], tmp, MMGCU_SIMULATE=8))
-    assert "mmgcu train: 8 process(es), one per card (MMGCU_SIMULATE=8" in out
+    out = ok(run([mmgcu, "train", cfg, "--work-dir", tmp / "work"], tmp, MMGCU_SIMULATE=2))
+    assert "mmgcu train: 2 process(es), one per card (MMGCU_SIMULATE=2" in out
     assert "Iter(train) [4/4]" in out
     ckpt = tmp / "work" / "iter_4.pth"
     assert ckpt.exists()
-    out = ok(run([mmgcu, "test", cfg, ckpt, "--work-dir", tmp / "test"], tmp, MMGCU_SIMULATE=8))
+    out = ok(run([mmgcu, "test", cfg, ckpt, "--work-dir", tmp / "test"], tmp, MMGCU_SIMULATE=2))
     assert "-m mmgcu.cli.test_entry" in out and "Distributed launcher: pytorch" in out
-    assert "Iter(test) [2/2]" in out and "mIoU" in out
+    assert re.search(r"Iter\(test\) \[(\d+)/\1\]", out) and "mIoU" in out

@@ -301,6 +301,7 @@ def error_lines(output):
     return [line for line in output.splitlines() if ONE_LINE.match(line)]
 
 
+@pytest.mark.t20  # the legacy path on the T20 stack too
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_bad_input_stops_with_one_clear_message(row, dataset, tmp_path):
     result = start(row, tmp_path, dataset)

@@ -119,6 +119,7 @@ def test_a_save_slower_than_the_collective_timeout_harms_no_rank(killed_during_a
     assert "the job is stuck" not in run["killed_out"]
 
 
+@pytest.mark.t20  # the legacy path on the T20 stack too
 def test_a_kill_during_a_save_keeps_the_previous_checkpoint(killed_during_a_save):
     run = killed_during_a_save
     assert run["killed_code"] != 0
@@ -203,6 +204,7 @@ def resumed_cases(tmp_path_factory):
         ("last_checkpoint names a deleted file", "iter_6.pth, which does not exist"),
     ],
 )
+@pytest.mark.t20  # the legacy path on the T20 stack too
 def test_resume_never_restarts_from_zero_over_checkpoints(resumed_cases, case, why):
     root, results, log = resumed_cases
     assert results[case] == dict(start=4, end=6), results[case]
@@ -211,6 +213,7 @@ def test_resume_never_restarts_from_zero_over_checkpoints(resumed_cases, case, w
     assert note in log
 
 
+@pytest.mark.t20  # the legacy path on the T20 stack too
 def test_a_damaged_checkpoint_is_named_with_the_newest_good_one(resumed_cases):
     root, results, _ = resumed_cases
     work = osp.join(root, "newest_checkpoint_empty")

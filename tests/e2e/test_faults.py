@@ -65,6 +65,7 @@ def test_a_failing_rank_ends_the_job(mode, exitcode, dataset, tmp_path):
     assert not any(running(pid) for pid in worker_pids(work).values())
 
 
+@pytest.mark.t20  # the legacy path on the T20 stack too
 def test_a_killed_rank_ends_the_job_before_the_collective_timeout(dataset, tmp_path):
     hooks = [dict(type="FaultHook", mode="sleep", at=1, rank=1)]
     # Collectives would wait 10 minutes: the job must end because rank 1 is gone.
@@ -106,6 +107,7 @@ def wait_for_beat(work, rank, phase, proc, timeout=60):
         time.sleep(0.1)
 
 
+@pytest.mark.t20  # the legacy path on the T20 stack too
 def test_a_stopped_rank_is_named_and_ends_the_job(dataset, tmp_path):
     """SIGSTOP, from outside, on rank 1 of 3 in steady training (the process-group timeout
     is mmgcu's default, 30 minutes)."""
@@ -181,6 +183,7 @@ def test_dist_cfg_timeout_reaches_the_process_groups(api, dataset, tmp_path):
 # -- a parameter born in the first forward pass ---------------------------------------
 
 
+@pytest.mark.t20  # the legacy path on the T20 stack too
 def test_a_parameter_born_in_the_first_forward_stops_the_job(tmp_path):
     env = programs_env(MMGCU_SIMULATE=1, MMGCU_SIMULATE_API=LEG_API, OMP_NUM_THREADS=1)
     proc = subprocess.run(

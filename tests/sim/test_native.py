@@ -313,6 +313,19 @@ for dtype in (torch.float16, torch.bfloat16):
         got = fn(lambda t: t.to(D0))
         ref = fn(lambda t: t.float())
         res[case] = [str(got.dtype), str(got.device), close(got, ref, name)]
+    # Element-wise ops torch 1.10's CPU has no half kernel for ('"clamp_min_cpu" not
+    # implemented for 'Half''), in and out of place, and their backward.
+    act = torch.randn(2, 3, 4).to(dtype)
+    got = F.relu(act.to(D0))
+    res["relu"] = [str(got.dtype), str(got.device), close(got, F.relu(act.float()), name)]
+    inplace = act.to(D0)
+    same = inplace.relu_() is inplace
+    kept = close(inplace, F.relu(act.float()), name) and same
+    res["relu_"] = [str(inplace.dtype), str(inplace.device), kept]
+    xg = act.to(D0).requires_grad_()
+    F.relu(xg * 2).float().sum().backward()
+    ref = (act.float() > 0).float() * 2
+    res["relu_grad"] = [str(xg.grad.dtype), str(xg.grad.device), close(xg.grad, ref, name)]
     # Backward through linear: the gradients keep the half type too.
     lwc = lw.to(D0).requires_grad_()
     F.linear(ba.to(D0), lwc).float().sum().backward()  # a float32 loss, as autocast makes

@@ -411,6 +411,79 @@ static c10::optional<at::ScalarType> float32_compute_type(const c10::FunctionSch
   return shared_half_type(inputs);
 }
 
+// A CPU kernel that has no half version (torch 1.10's CPU lacks many: relu_ on float16 fails
+// with '"clamp_min_cpu" not implemented for 'Half''), where a card has one.
+static bool no_half_kernel(const c10::Error& e) {
+  const std::string& what = e.msg();
+  return what.find("not implemented for 'Half'") != std::string::npos ||
+         what.find("not implemented for 'BFloat16'") != std::string::npos;
+}
+
+// Such an op, run again on float32 copies of its arguments (`given`, as the caller passed
+// them). In-place and out= results are rounded into the card tensors they name; other
+// floating results are rounded to `half` on the card.
+static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                           const std::vector<c10::IValue>& given, c10::Device card,
+                           at::ScalarType half) {
+  const auto& schema = op.schema();
+  const auto& args = schema.arguments();
+  // The copies outlive the call: an out= kernel returns references to its arguments, which
+  // the boxed call has dropped from the stack by then.
+  std::vector<c10::IValue> copies;
+  for (size_t i = 0; i < given.size(); ++i) {
+    const auto& g = given[i];
+    const auto* alias = alias_of(args[i]);
+    const bool written = alias != nullptr && alias->isWrite();
+    if (g.isDevice() && g.toDevice().type() == card.type()) {
+      stack->push_back(c10::IValue(c10::Device(c10::DeviceType::CPU)));
+    } else {
+      // Written arguments always get a copy: the kernel may resize them (out=), and a
+      // host alias cannot be resized; the results are copied back below.
+      stack->push_back(map_tensors(g, [written](const at::Tensor& t) {
+        const auto host = is_card(t) ? host_alias(t) : t;
+        auto copy = as_float32(host);
+        return written && copy.is_same(host) ? host.clone() : copy;
+      }));
+    }
+    copies.push_back(stack->back());
+  }
+  {
+    const c10::DeviceGuard guard(card);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+  const auto& rets = schema.returns();
+  const size_t rfirst = stack->size() - rets.size();
+  for (size_t r = 0; r < rets.size(); ++r) {
+    auto& v = (*stack)[rfirst + r];
+    const auto* ralias = alias_of(rets[r]);
+    c10::optional<size_t> target;
+    for (size_t i = 0; ralias && ralias->isWrite() && i < args.size(); ++i) {
+      if (same_alias(ralias, alias_of(args[i])) && given[i].isTensor()) target = i;
+    }
+    if (target && v.isTensor()) {
+      auto dst = given[*target].toTensor();
+      const auto& result = v.toTensor();
+      if (dst.sizes() != result.sizes()) {
+        const c10::DeviceGuard guard(card);
+        at::native::resize_(dst, result.sizes(), c10::nullopt);
+      }
+      (is_card(dst) ? host_alias(dst) : dst).copy_(result);
+      v = given[*target];
+    } else {
+      v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, card, half); });
+    }
+  }
+}
+
+// The half type shared by the floating tensor arguments of an op, if any.
+static c10::optional<at::ScalarType> half_arguments(const std::vector<c10::IValue>& given) {
+  std::vector<at::Tensor> inputs;
+  for (const auto& g : given) {
+    if (g.isTensor() && g.toTensor().defined()) inputs.push_back(g.toTensor());
+  }
+  return shared_half_type(inputs);
+}
+
 // Every op without a card kernel: check devices, then run the CPU kernel on the cards' host
 // memory itself (no copy), so in-place updates land on the card as they would on hardware.
 static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -441,9 +514,15 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
       v = map_tensors(v, [](const at::Tensor& t) { return is_card(t) ? host_alias(t) : t; });
     }
   }
-  {
+  try {
     const c10::DeviceGuard guard(*card);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  } catch (const c10::Error& e) {
+    const auto shared = half_arguments(given);
+    if (!no_half_kernel(e) || !shared) throw;
+    if (stack->size() > first) stack->erase(stack->begin() + first, stack->end());
+    run_in_float32(op, stack, given, *card, *shared);
+    return;
   }
   for (const auto& out : outs) {
     auto target = given[out.first].toTensor();
