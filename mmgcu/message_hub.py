@@ -50,7 +50,11 @@ class CardMessageHub:
         if _on_card(value) and isinstance(count, int):
             self._pending.append((key, value.detach(), count, resumed))
             return
-        self.flush()
+        # A host value (IterTimerHook's times, every step) passes straight through; only a
+        # pending key the hub has never seen goes first, so that the log's key order (the
+        # order keys first arrive) is stock mmengine's.
+        if self.has_new_keys():
+            self.flush()
         self.hub.update_scalar(key, value, count, resumed)
 
     def update_scalars(self, log_dict: dict, resumed: bool = True) -> None:
@@ -81,6 +85,13 @@ class CardMessageHub:
     def log_scalars(self):
         self.flush()
         return self.hub.log_scalars
+
+    def get_scalar(self, key: str):
+        """The key's history; pending values arrive first only if they are of that key
+        (IterTimerHook reads its own time every step)."""
+        if any(k == key for k, _, _, _ in self._pending):
+            self.flush()
+        return self.hub.get_scalar(key)
 
     def has_new_keys(self) -> bool:
         """Whether a pending scalar is one the hub has never seen (its place in the log's

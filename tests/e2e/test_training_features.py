@@ -287,6 +287,29 @@ def test_seeds_make_runs_repeatable(amp, amp_again, seed1_bn, bf16):
     bf16.ok()
 
 
+# -- logged scalars: read once per log line, the values stock logging records ----------
+LOGGED_EVERY_3 = dict(
+    train_cfg=dict(type="IterBasedTrainLoop", max_iters=6, val_interval=6),
+    default_hooks=dict(logger=dict(type="LoggerHook", interval=3, log_metric_by_epoch=False)),
+)
+TIMING = ("time", "data_time", "memory", "eta")
+
+
+@pytest.mark.t20  # the legacy path on the T20 stack too
+def test_deferred_scalars_log_what_stock_logging_logs(dataset, tmp):
+    """The same seeded run, scalars kept on the card (mmgcu) and read at every step
+    (``gcu_defer_scalars=False``, stock mmengine): scalars.json, key order included, is
+    the same but for the timings."""
+    runs = []
+    for name, defer in (("deferred", True), ("stock_logging", False)):
+        cfg = write_config(tmp / f"{name}.py", dataset, gcu_defer_scalars=defer, **LOGGED_EVERY_3)
+        lines = train(tmp / name, cfg).ok().scalars()
+        runs.append([[(k, v) for k, v in line.items() if k not in TIMING] for line in lines])
+    deferred, stock = runs
+    assert [line[-1] for line in stock] == [("step", 3), ("step", 6), ("step", 6)], stock
+    assert deferred == stock
+
+
 # -- 7. empty cache ---------------------------------------------------------------------
 def test_empty_cache_hook_empties_card_cache(amp, seed1_bn):
     """Stock EmptyCacheHook empties only CUDA's cache: the card count would stay 0."""
