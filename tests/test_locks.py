@@ -11,14 +11,9 @@ import pytest
 from mmgcu import locks
 from tests.conftest import REPO
 
-HOLDER = """
-import json, sys, time
-from mmgcu.locks import try_lock
-
-fd, holder = try_lock(sys.argv[1], {"pid": __import__("os").getpid(), "job": "first"})
-print(json.dumps(holder), flush=True)
-time.sleep(60)
-"""
+PROGRAMS = os.path.join(REPO, "tests", "programs")
+HOLDER = os.path.join(PROGRAMS, "lock_holder.py")
+SLOW_WRITER = os.path.join(PROGRAMS, "lock_slow_writer.py")
 
 
 @pytest.fixture
@@ -26,7 +21,7 @@ def holder(tmp_path):
     """Another process that holds ``tmp_path/gcu0.lock`` until killed."""
     path = str(tmp_path / "gcu0.lock")
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, path],
+        [sys.executable, HOLDER, path],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
@@ -56,19 +51,6 @@ def test_a_killed_holder_leaves_no_stale_lock(holder):
         os.close(fd)
 
 
-SLOW_WRITER = """
-import fcntl, json, os, sys, time
-
-fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("locked", flush=True)
-time.sleep(0.3)
-os.ftruncate(fd, 0)
-os.pwrite(fd, json.dumps({"pid": os.getpid(), "job": "new"}).encode(), 0)
-time.sleep(60)
-"""
-
-
 def test_a_holder_not_yet_written_is_not_taken_for_the_previous_one(tmp_path):
     """Between its flock and its write, the file still names the previous, ended holder."""
     path = tmp_path / "gcu0.lock"
@@ -80,7 +62,7 @@ def test_a_holder_not_yet_written_is_not_taken_for_the_previous_one(tmp_path):
     )
     path.write_text(json.dumps({"pid": int(ended.stdout), "job": "old"}))
     proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW_WRITER, str(path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, SLOW_WRITER, str(path)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout.readline().strip() == "locked"

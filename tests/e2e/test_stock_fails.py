@@ -1,29 +1,15 @@
-"""Stock mmengine on the simulator fails exactly as the seeds report: what mmgcu fixes."""
+"""Stock mmengine on the simulator fails as it does on a GCU host: what mmgcu fixes."""
+
+import os.path as osp
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import run_program
+from tests.e2e.conftest import PROGRAMS
 
 pytestmark = pytest.mark.e2e
 
-# A stock Runner (no mmgcu runner, no mmgcu wrapper) on a tiny real model.
-STOCK_RUNNER = """
-import os, sys, torch
-import mmgcu  # installs the simulator (MMGCU_SIMULATE); registers, but nothing selects, mmgcu
-from mmengine.runner import Runner
-from mmengine.model import BaseModel
-
-class Net(BaseModel):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(2, 2)
-    def forward(self, x, mode='loss'):
-        return dict(loss=self.fc(x).sum())
-
-{prelude}
-runner = Runner(model=Net(), work_dir=sys.argv[1] if len(sys.argv) > 1 else '{work}',
-                launcher='pytorch', env_cfg=dict(dist_cfg=dict(backend='gloo')))
-"""
+STOCK_RUNNER = osp.join(PROGRAMS, "stock_runner.py")
 
 ENV = dict(
     MMGCU_SIMULATE=2,
@@ -36,12 +22,12 @@ ENV = dict(
 
 
 def test_stock_init_dist_calls_torch_cuda_set_device(tmp_path):
-    """Seed 002: mmengine's _init_dist_pytorch calls torch.cuda.set_device on a GCU host."""
+    """mmengine's _init_dist_pytorch calls torch.cuda.set_device on a GCU host."""
     from tests.e2e.conftest import free_port
 
-    code = STOCK_RUNNER.format(prelude="", work=tmp_path)
     # MMGCU_TRACEBACK=1: the stock traceback (mmgcu's hint replaces it otherwise, test_errors.py).
-    proc = run_python(code, check=False, MASTER_PORT=free_port(), MMGCU_TRACEBACK=1, **ENV)
+    env = dict(ENV, MASTER_PORT=free_port(), MMGCU_TRACEBACK=1)
+    proc = run_program(STOCK_RUNNER, tmp_path, check=False, **env)
     assert proc.returncode != 0
     err = proc.stderr
     assert "_init_dist_pytorch" in err and "torch.cuda.set_device(local_rank)" in err, err[-3000:]
@@ -53,16 +39,12 @@ def test_stock_init_dist_calls_torch_cuda_set_device(tmp_path):
 
 @pytest.mark.parametrize("api,device_type", [("v2", "gcu"), ("legacy", "xla")])
 def test_stock_wrap_model_leaves_model_on_cpu(api, device_type, tmp_path):
-    """Seeds 000/001: group made by hand, stock wrap_model gives DDP a CPU model."""
+    """A group made by hand gets past init_dist; then stock wrap_model gives DDP a CPU model."""
     from tests.e2e.conftest import free_port
 
-    prelude = (
-        "import torch.distributed as dist\n"
-        f"dist.init_process_group({'cpu:gloo,gcu:eccl' if api == 'v2' else 'gloo'!r})\n"
-        f"import torch_gcu\n"
-    )
-    code = STOCK_RUNNER.format(prelude=prelude, work=tmp_path)
-    proc = run_python(code, check=False, MASTER_PORT=free_port(), MMGCU_SIMULATE_API=api, **ENV)
+    group = "cpu:gloo,gcu:eccl" if api == "v2" else "gloo"
+    env = dict(ENV, MASTER_PORT=free_port(), MMGCU_SIMULATE_API=api)
+    proc = run_program(STOCK_RUNNER, tmp_path, group, check=False, **env)
     assert proc.returncode != 0
     err = proc.stderr
     assert "DistributedDataParallel device_ids and output_device arguments" in err, err[-3000:]
