@@ -208,7 +208,11 @@ def _rank_main(args):
         out[spec] = _one_shape(torch, dist, tuple(int(s) for s in spec.split("x")), args)
     dist.barrier()
     dist.destroy_process_group()
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
+    # No interpreter teardown: PyTorch's autograd worker thread may still be releasing its
+    # last graph task, and Python 3.11 finalizing meanwhile aborts the process ("terminate
+    # called without an active exception").
+    os._exit(0)
 
 
 def main(argv=None):
