@@ -15,7 +15,7 @@ Objects that hold the real hub (``MessageHub.get_current_instance()``) see a pen
 value only after the next flush; ``GCURuntimeInfoHook`` flushes at every loop boundary.
 """
 
-from typing import Any, List, Tuple
+from typing import Any, List, Set, Tuple
 
 import torch
 from mmengine.logging import MessageHub
@@ -44,11 +44,18 @@ class CardMessageHub:
     def __init__(self, hub: MessageHub):
         self.hub = hub
         self._pending: List[_Pending] = []
+        # Kept with the pending values, so that no per-step check walks them.
+        self._pending_keys: Set[str] = set()
+        self._new_keys: Set[str] = set()  # pending keys the hub has never seen
 
     # -- writes: card scalars wait ----------------------------------------------------
     def update_scalar(self, key: str, value, count: int = 1, resumed: bool = True) -> None:
         if _on_card(value) and isinstance(count, int):
             self._pending.append((key, value.detach(), count, resumed))
+            if key not in self._pending_keys:
+                self._pending_keys.add(key)
+                if key not in self.hub.log_scalars:
+                    self._new_keys.add(key)
             return
         # A host value (IterTimerHook's times, every step) passes straight through; only a
         # pending key the hub has never seen goes first, so that the log's key order (the
@@ -89,21 +96,22 @@ class CardMessageHub:
     def get_scalar(self, key: str):
         """The key's history; pending values arrive first only if they are of that key
         (IterTimerHook reads its own time every step)."""
-        if any(k == key for k, _, _, _ in self._pending):
+        if key in self._pending_keys:
             self.flush()
         return self.hub.get_scalar(key)
 
     def has_new_keys(self) -> bool:
         """Whether a pending scalar is one the hub has never seen (its place in the log's
         order is decided when it first arrives)."""
-        known = self.hub.log_scalars
-        return any(key not in known for key, _, _, _ in self._pending)
+        return bool(self._new_keys)
 
     def flush(self) -> None:
         """Hand every pending scalar to the hub: one host read per dtype family."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        self._pending_keys.clear()
+        self._new_keys.clear()
         values = [None] * len(pending)
         for floating in (True, False):
             indices = [i for i, p in enumerate(pending) if p[1].is_floating_point() == floating]
@@ -117,7 +125,7 @@ class CardMessageHub:
 
     def __getattr__(self, name: str):
         # Anything else (get_scalar, state_dict, load_state_dict, ...) may read scalars.
-        if name in ("hub", "_pending"):
+        if name in ("hub", "_pending", "_pending_keys", "_new_keys"):
             raise AttributeError(name)
         self.flush()
         return getattr(self.hub, name)
