@@ -72,10 +72,10 @@ def clean_env(**extra):
     return env
 
 
-def run_python(code, timeout=300, check=True, **env):
-    """Run ``code`` in a fresh interpreter with ``env`` added; return the CompletedProcess."""
+def _run(argv, timeout, check, env):
+    """``python ARGV`` in a fresh interpreter from the checkout, ``env`` added."""
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, *argv],
         env=clean_env(**env),
         capture_output=True,
         text=True,
@@ -85,6 +85,11 @@ def run_python(code, timeout=300, check=True, **env):
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def run_python(code, timeout=300, check=True, **env):
+    """Run ``code`` in a fresh interpreter with ``env`` added; return the CompletedProcess."""
+    return _run(["-c", textwrap.dedent(code)], timeout, check, env)
 
 
 def run_program(path, *args, timeout=300, check=True, **env):
@@ -93,17 +98,7 @@ def run_program(path, *args, timeout=300, check=True, **env):
     Programs live next to their tests (``tests/<dir>/programs/<name>.py``); they print
     what they found as a JSON line (read it with :func:`last_json`).
     """
-    proc = subprocess.run(
-        [sys.executable, str(path), *[str(a) for a in args]],
-        env=clean_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return _run([str(path), *[str(a) for a in args]], timeout, check, env)
 
 
 def free_port() -> int:

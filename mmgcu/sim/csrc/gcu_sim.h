@@ -398,17 +398,24 @@ static bool same_alias(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a != nullptr && b != nullptr && a->beforeSets() == b->beforeSets();
 }
 
-// The half type of a matrix product's inputs when it is to be computed in float32. Mixed
-// inputs (half with float32) take the normal path, which refuses them as PyTorch does.
-static c10::optional<at::ScalarType> float32_compute_type(const c10::FunctionSchema& schema,
-                                                          const torch::jit::Stack& stack,
-                                                          size_t first) {
-  if (!computed_in_float32(schema)) return c10::nullopt;
+// The half type shared by the floating tensor arguments of an op, if any. Mixed inputs
+// (half with float32) have none: they take the normal path, which refuses them as PyTorch does.
+static c10::optional<at::ScalarType> half_arguments(const std::vector<c10::IValue>& given) {
   std::vector<at::Tensor> inputs;
-  for (size_t i = first; i < stack.size(); ++i) {
-    if (stack[i].isTensor()) inputs.push_back(stack[i].toTensor());
+  for (const auto& g : given) {
+    if (g.isTensor()) inputs.push_back(g.toTensor());
   }
   return shared_half_type(inputs);
+}
+
+// What the kernel wrote into a host stand-in of `target` (an out= or in-place argument of a
+// card op): resized like the kernel resized it, then copied onto the card's memory.
+static void write_back(at::Tensor target, const at::Tensor& host, c10::Device card) {
+  if (target.sizes() != host.sizes()) {
+    const c10::DeviceGuard guard(card);
+    at::native::resize_(target, host.sizes(), c10::nullopt);
+  }
+  (is_card(target) ? host_alias(target) : target).copy_(host);
 }
 
 // A CPU kernel that has no half version (torch 1.10's CPU lacks many: relu_ on float16 fails
@@ -461,27 +468,12 @@ static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* sta
       if (same_alias(ralias, alias_of(args[i])) && given[i].isTensor()) target = i;
     }
     if (target && v.isTensor()) {
-      auto dst = given[*target].toTensor();
-      const auto& result = v.toTensor();
-      if (dst.sizes() != result.sizes()) {
-        const c10::DeviceGuard guard(card);
-        at::native::resize_(dst, result.sizes(), c10::nullopt);
-      }
-      (is_card(dst) ? host_alias(dst) : dst).copy_(result);
+      write_back(given[*target].toTensor(), v.toTensor(), card);
       v = given[*target];
     } else {
       v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, card, half); });
     }
   }
-}
-
-// The half type shared by the floating tensor arguments of an op, if any.
-static c10::optional<at::ScalarType> half_arguments(const std::vector<c10::IValue>& given) {
-  std::vector<at::Tensor> inputs;
-  for (const auto& g : given) {
-    if (g.isTensor() && g.toTensor().defined()) inputs.push_back(g.toTensor());
-  }
-  return shared_half_type(inputs);
 }
 
 // Every op without a card kernel: check devices, then run the CPU kernel on the cards' host
@@ -493,7 +485,7 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
   std::vector<c10::IValue> given(stack->begin() + first, stack->end());
-  const auto half = float32_compute_type(schema, *stack, first);
+  const auto half = computed_in_float32(schema) ? half_arguments(given) : c10::nullopt;
   // out= arguments may be resized by the kernel: they get a host copy, written back below.
   std::vector<std::pair<size_t, at::Tensor>> outs;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -524,16 +516,7 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
     run_in_float32(op, stack, given, *card, *shared);
     return;
   }
-  for (const auto& out : outs) {
-    auto target = given[out.first].toTensor();
-    const at::Tensor& host = out.second;
-    if (target.sizes() != host.sizes()) {
-      const c10::DeviceGuard guard(*card);
-      at::native::resize_(target, host.sizes(), c10::nullopt);
-    }
-    at::Tensor dst = host_alias(target);
-    dst.copy_(host);
-  }
+  for (const auto& out : outs) write_back(given[out.first].toTensor(), out.second, *card);
   const auto& rets = schema.returns();
   const size_t rfirst = stack->size() - rets.size();
   for (size_t r = 0; r < rets.size(); ++r) {
