@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
+from mmgcu.dist import lost_peer
 from tests.conftest import REPO, clean_env, last_json
+from tests.sim.helpers import run_ranks
 from tests.sim.programs import torch_gcu1_facts
 
 PROGRAM = torch_gcu1_facts.__file__
@@ -42,3 +44,15 @@ def test_fact(results, name, source, says, ranks):
     if outcome.startswith("skip: "):
         pytest.skip(outcome[len("skip: ") :])
     assert outcome == "", f"torch_gcu/{source}: {says}\n{outcome}"
+
+
+def test_a_lost_peer_in_the_ddp_backward_reaches_the_caller():
+    """nn/parallel/distributed.py: the DDP's Reducer is C++, so an ECCL error in the gradient
+    reduction of a backward pass reaches ``backward()``'s caller whole. Before, torch 1.10
+    lost the simulated reducer's Python error on the card's autograd thread: "SystemError:
+    <built-in method run_backward ...> returned NULL without setting an error"."""
+    outs = run_ranks("ddp_lost_peer", MMGCU_SIMULATE=2, MMGCU_SIMULATE_API="gcu1")
+    assert outs[1] == {"rank": 1, "stopped": True}
+    kind, message = outs[0]["error"]
+    assert kind == "RuntimeError", (kind, message)
+    assert lost_peer(RuntimeError(message)), message  # what GCURunner recognises and names

@@ -16,6 +16,7 @@
 //     the CPU kernel on the cards' host memory, so a CPU tensor or another card's tensor fails
 //     as on hardware, in-place and out= results land on the card and views share its memory;
 //   - half precision computed in float32 for convolution and the matmul family;
+//   - a backward-pass callback whose Python error reaches the caller;
 //   - the Python functions both generations expose.
 // Where the two generations' APIs differ, a short #if below says how.
 #pragma once
@@ -28,6 +29,8 @@
 #include <ATen/native/Resize.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/library.h>
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -546,6 +549,31 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
 }
 
+// ---------------------------------------------------------------------------- backward
+// Runs `fn` when the running backward pass ends, like Variable._execution_engine.queue_callback,
+// for the simulated torch_gcu 1.x DDP's gradient reduction. Backward on a card runs on the
+// card's autograd thread, and torch 1.10 rethrows a queued callback's Python error on the
+// calling thread without saving it first, so the collective's error is lost ("SystemError:
+// <built-in method run_backward ...> returned NULL without setting an error"). A card's
+// reducer is C++ (torch_gcu 1.x's Reducer), whose errors cross threads whole: saving the
+// Python error before it leaves this thread does the same (torch 2 saves it itself).
+static void queue_backward_callback(pybind11::function fn) {
+  std::shared_ptr<PyObject> callback(fn.release().ptr(), [](PyObject* f) {
+    pybind11::gil_scoped_acquire gil;
+    Py_DECREF(f);
+  });
+  torch::autograd::Engine::get_default_engine().queue_callback([callback]() {
+    pybind11::gil_scoped_acquire gil;
+    PyObject* result = PyObject_CallFunctionObjArgs(callback.get(), nullptr);
+    if (result == nullptr) {
+      python_error error;
+      error.persist();
+      throw error;
+    }
+    Py_DECREF(result);
+  });
+}
+
 // ---------------------------------------------------------------------------- python
 static int check_card(int64_t card) {
   TORCH_CHECK(card >= 0 && card < kMaxCards, "no card ", card);
@@ -575,6 +603,8 @@ inline void define_common(pybind11::module& m) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_current_seed(seed);
   });
+  m.def("queue_backward_callback", &queue_backward_callback,
+        "run a function when the running backward pass ends; its exception reaches backward()'s caller");
   m.def("host_alias", &host_alias,
         "a CPU tensor over a card tensor's host memory (no copy; not a host read)");
   m.def(

@@ -245,6 +245,52 @@ def own_store_server(tg, torch):
     assert tg.distributed.get_world_size() == 1
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@fact("distributed/rendezvous.py", "rendezvous() appends rank and world_size to a tcp:// URL")
+def rendezvous_appends_node_arguments(tg, torch):
+    import datetime
+
+    url = f"tcp://127.0.0.1:{_free_port()}"
+    store, rank, world_size = next(
+        tg.distributed.rendezvous(url, 0, 1, timeout=datetime.timedelta(seconds=20))
+    )
+    assert (rank, world_size) == (0, 1)
+    store.set("key", "value")
+    assert store.get("key") == b"value"
+
+
+@fact("distributed/rendezvous.py", "a URL that already names rank or world_size: AssertionError")
+def rendezvous_refuses_node_arguments_twice(tg, torch):
+    url = f"tcp://127.0.0.1:{_free_port()}?rank=0&world_size=1"
+    raises(AssertionError, tg.distributed.rendezvous, url, 0, 1, match="node-specific arguments")
+    raises(AssertionError, tg.distributed.rendezvous, url, world_size=1, match="already")
+
+
+@fact(
+    "distributed/rendezvous.py", "init_process_group('eccl', 'tcp://host:port', rank, world_size)"
+)
+def init_with_tcp_url_and_rank(tg, torch):
+    # A fresh process: this one's torch_gcu.distributed is initialised by another fact.
+    code = (
+        "import mmgcu, torch_gcu.distributed as d\n"
+        f"d.init_process_group('eccl', init_method='tcp://127.0.0.1:{_free_port()}', "
+        "rank=0, world_size=1)\n"
+        "print(d.get_rank(), d.get_world_size())\n"
+    )
+    env = dict(os.environ, LOCAL_RANK="0")
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-2:] == ["0", "1"], proc.stdout
+
+
 # -- distributed/ (two ranks) -----------------------------------------------------------
 @fact("distributed/distributed_c10d.py", "its groups are 'eccl' only", ranks=2)
 def eccl_only(tg, torch):

@@ -21,4 +21,6 @@ from .distributed_c10d import (  # noqa: F401
     is_eccl_available,
     is_initialized,
     new_group,
+    register_rendezvous_handler,
+    rendezvous,
 )

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as _c10d  # the simulator's wire only
 
 from ... import eccl_installed, state
-from .rendezvous import rendezvous
+from .rendezvous import register_rendezvous_handler, rendezvous  # noqa: F401 (exported)
 
 default_pg_timeout = datetime.timedelta(minutes=30)
 
@@ -197,10 +197,13 @@ def init_process_group(
         raise RuntimeError("Expected timeout argument to be of typedatetime.timedelta")
     if group.WORLD is not None:
         raise RuntimeError("trying to initialize the default process group twice!")
+    assert (store is None) or (init_method is None), "Cannot specify both init_method and store."
     if store is not None:
         # Its stores are torch_gcu's own C++ classes; a torch.distributed store is another type.
         raise TypeError("init_process_group(): store must be a torch_gcu store")
-    store, rank, world_size = rendezvous(init_method or "env://", rank, world_size, timeout=timeout)
+    store, rank, world_size = next(
+        rendezvous(init_method or "env://", rank, world_size, timeout=timeout)
+    )
     store.set_timeout(timeout)
     store = _c10d.PrefixStore("default_pg", store)
     pg = _new_process_group_helper(world_size, rank, [], backend, store, group_name, timeout)

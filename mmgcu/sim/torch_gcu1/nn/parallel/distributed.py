@@ -23,6 +23,7 @@ import contextlib
 
 import torch
 
+from .... import state
 from ...core.device import _get_device_index, device_count
 from ...distributed import ReduceOp, _get_default_group, all_reduce, broadcast
 
@@ -141,7 +142,9 @@ class DistributedDataParallel(torch.nn.Module):
     def _on_grad(self, grad):
         if self._armed and not self._queued:
             self._queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._reduce_gradients)
+            # Through the simulator: a collective's error must reach backward()'s caller, as
+            # the real (C++) Reducer's does.
+            state.ext.queue_backward_callback(self._reduce_gradients)
         return grad
 
     def _reduce_gradients(self) -> None:
