@@ -18,11 +18,10 @@ from typing import Dict, Optional
 
 import torch
 import torch.distributed as _c10d  # the simulator's wire only
+from torch.distributed.constants import default_pg_timeout  # as in the 1.x source
 
 from ... import eccl_installed, state
 from .rendezvous import register_rendezvous_handler, rendezvous  # noqa: F401 (exported)
-
-default_pg_timeout = datetime.timedelta(minutes=30)
 
 
 class Backend:

@@ -19,8 +19,8 @@ from typing import Dict, Union
 from urllib.parse import urlparse, urlunparse
 
 import torch.distributed as _c10d  # the simulator's wire: torch's stores, gloo
+from torch.distributed.constants import default_pg_timeout  # as in the 1.x source
 
-default_pg_timeout = timedelta(minutes=30)
 _rendezvous_handlers = {}
 
 
