@@ -1,4 +1,15 @@
-"""The globals an mmengine 0.10.7 checkpoint pickles, allow-listed for ``torch.load``.
+"""What a checkpoint pickles: plain values in mmgcu's, an allow-list for mmengine's.
+
+Checkpoints ``GCURunner`` writes hold only plain Python values and CPU tensors
+(:func:`plain`): the message hub's ``HistoryBuffer`` objects become dicts of tensors, numpy
+arrays lists and numpy scalars Python numbers. Any ``torch.load`` reads them, whatever its
+numpy: a numpy 2 pickle names ``numpy._core``, which numpy 1.x (the T20 stack's) does not
+have, and torch >= 2.6 (``weights_only=True``, what stock mmengine and mmseg's tools/test.py
+load with there) refuses every object that is not plain. ``GCURunner`` restores the hub's
+``HistoryBuffer`` objects when it loads one (:func:`restore_message_hub`).
+
+Older checkpoints (mmgcu's before this, and every mmengine 0.10.7 one) pickle those
+objects; they load with the allow-list below.
 
 torch >= 2.6 unpickles only allow-listed globals by default, and mmengine 0.10.7 calls
 ``torch.load`` without saying otherwise, so its own checkpoints stop loading
@@ -25,12 +36,15 @@ torch 1.10, which has no such check) ``torch.load`` unpickles fully by default, 
 mmengine expects, and this does nothing.
 """
 
+import collections
 import contextlib
 import importlib
 import pickle
 import re
 
+import numpy as np
 import torch
+from mmengine.logging import HistoryBuffer
 
 from .device import GCUError
 
@@ -42,12 +56,65 @@ NUMBER_TYPES += ("uint64", "float16", "float32", "float64")
 _MULTIARRAY = ("numpy._core.multiarray", "numpy.core.multiarray")
 
 
+#: The keys of a ``HistoryBuffer`` in a plain checkpoint.
+HISTORY_KEYS = ("log_history", "count_history", "max_length")
+
+
+def plain(obj):
+    """``obj`` as plain Python values and CPU tensors, which every ``torch.load`` reads
+    (``weights_only=True`` included): tensors moved to the CPU, a ``HistoryBuffer`` as a
+    dict of :data:`HISTORY_KEYS`, numpy arrays as lists, numpy scalars as Python numbers,
+    dict subclasses as dicts (an ``OrderedDict`` kept, with a state dict's ``_metadata``),
+    named tuples as tuples. Other objects are left as they are."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, HistoryBuffer):
+        logs, counts = obj.data
+        return dict(
+            log_history=torch.from_numpy(np.array(logs)),
+            count_history=torch.from_numpy(np.array(counts)),
+            max_length=int(obj.max_length),
+        )
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        ordered = isinstance(obj, collections.OrderedDict)
+        out = (collections.OrderedDict if ordered else dict)(
+            (plain(k), plain(v)) for k, v in obj.items()
+        )
+        if ordered and getattr(obj, "_metadata", None) is not None:  # a state dict's versions
+            out._metadata = plain(obj._metadata)
+        return out
+    if isinstance(obj, (list, tuple)):
+        values = [plain(v) for v in obj]
+        return values if isinstance(obj, list) else tuple(values)
+    return obj
+
+
+def restore_message_hub(checkpoint: dict) -> dict:
+    """``checkpoint`` with its message hub's plain histories as ``HistoryBuffer`` objects
+    again (in place; what an older checkpoint holds is left as it is)."""
+    hub = checkpoint.get("message_hub")
+    scalars = hub.get("log_scalars") if isinstance(hub, dict) else None
+    for key, value in (scalars or {}).items():
+        if isinstance(value, dict) and set(value) == set(HISTORY_KEYS):
+            logs, counts = value["log_history"], value["count_history"]
+            scalars[key] = HistoryBuffer(
+                _as_list(logs), _as_list(counts), max_length=int(value["max_length"])
+            )
+    return checkpoint
+
+
+def _as_list(values) -> list:
+    return values.tolist() if isinstance(values, torch.Tensor) else list(values)
+
+
 def history_buffer_getattr(obj, name):
     """``getattr`` for the one use an mmengine checkpoint makes of it: a statistics
     method of :class:`~mmengine.logging.HistoryBuffer` (the built-in four, or one
     registered with ``HistoryBuffer.register_statistics``)."""
-    from mmengine.logging import HistoryBuffer
-
     allowed = set(STATISTICS) | set(HistoryBuffer._statistics_methods)
     if obj is HistoryBuffer and isinstance(name, str) and name in allowed:
         return getattr(HistoryBuffer, name)
@@ -68,9 +135,6 @@ def _multiarray():
 
 def checkpoint_globals() -> list:
     """The allow-list, in the form ``torch.serialization.safe_globals`` takes."""
-    import numpy as np
-    from mmengine.logging import HistoryBuffer
-
     multiarray = _multiarray()
     allowed = [HistoryBuffer, np.ndarray, np.dtype, (history_buffer_getattr, "builtins.getattr")]
     allowed += [type(np.dtype(getattr(np, name))) for name in NUMBER_TYPES]

@@ -178,6 +178,32 @@ def select_card(accelerator: Accelerator, launcher: str) -> int:
     return rank
 
 
+def attempt_store(timeout: datetime.timedelta) -> dict:
+    """On one node under torchrun's agent store, ``init_process_group`` arguments whose
+    store keys are this attempt's own (``TORCHELASTIC_RESTART_COUNT``); elsewhere none.
+
+    After a restart (``torchrun --max_restarts``), torch 2.x's workers meet again on the
+    rendezvous store that the agent keeps across attempts, and its ``env://`` no longer
+    prefixes their keys per attempt as torch 1.x's did, so gloo can read the address a
+    peer of the previous attempt published ("Gloo connectFullMesh failed ... Connection
+    refused"; pytorch/pytorch#135712). This is torch 1.x's prefix, given back. Only on one
+    node: each node's agent counts its own restarts, so the counts of several nodes can
+    differ (the same issue); there ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` for torchrun
+    gives every attempt a store of its own.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    if os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        return {}
+    world_size = int(os.environ["WORLD_SIZE"])
+    client = torch_dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, False, timeout
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = torch_dist.PrefixStore(f"/worker/attempt_{attempt}", client)
+    return dict(store=store, rank=int(os.environ["RANK"]), world_size=world_size)
+
+
 def init_distributed(
     accelerator: Accelerator,
     launcher: str,
@@ -196,5 +222,7 @@ def init_distributed(
     accelerator.check_collectives()
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     kwargs["timeout"] = datetime.timedelta(seconds=timeout)
+    if launcher == "pytorch" and "init_method" not in kwargs and "store" not in kwargs:
+        kwargs.update(attempt_store(kwargs["timeout"]))
     accelerator.init_process_groups(pg_backend, **kwargs)
     return card

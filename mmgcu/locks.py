@@ -27,7 +27,7 @@ from typing import List, Optional, Tuple
 
 from mmengine.dist import all_gather_object
 
-from .device import GCUError, physical_card
+from .device import Accelerator, GCUError, physical_card
 
 LOCK_DIR_ENV = "MMGCU_LOCK_DIR"
 
@@ -127,23 +127,23 @@ def _alive(pid) -> bool:
     return True
 
 
-def _me(runner, what: str) -> dict:
+def _me(rank: int, work_dir: str, what: str) -> dict:
     return dict(
         pid=os.getpid(),
         launcher_pid=os.getppid(),
         host=socket.gethostname(),
-        rank=runner.rank,
-        work_dir=runner.work_dir,
+        rank=rank,
+        work_dir=work_dir,
         job=job_id(),
         started=time.strftime("%Y-%m-%d %H:%M:%S"),
         holds=what,
     )
 
 
-def _agree(runner, conflicts: list, locks: List[int]) -> HeldLocks:
+def _agree(distributed: bool, conflicts: list, locks: List[int]) -> HeldLocks:
     """Every rank learns every rank's conflicts; all stop on the first one."""
     held = HeldLocks(locks)
-    everyone = all_gather_object(conflicts) if runner.distributed else [conflicts]
+    everyone = all_gather_object(conflicts) if distributed else [conflicts]
     found = [c for mine in everyone for c in mine]
     if found:
         held.release()
@@ -151,26 +151,27 @@ def _agree(runner, conflicts: list, locks: List[int]) -> HeldLocks:
     return held
 
 
-def hold(runner) -> HeldLocks:
-    """Lock this rank's card (GCU cards only) and, on rank 0, the work dir; stop every rank,
-    before anything is written, if another job holds one of them."""
+def hold(accelerator: Accelerator, rank: int, work_dir: str, distributed: bool) -> HeldLocks:
+    """Lock this rank's card (GCU cards only: the accelerator's current card) and, on rank
+    0, the work dir; stop every rank, before anything is written, if another job holds one
+    of them. ``distributed``: the process groups exist, and every rank calls this."""
     conflicts, fds = [], []
-    if runner.accelerator.is_gcu:
-        card = physical_card(runner.card)
+    if accelerator.is_gcu:
+        card = physical_card(accelerator.current_device())
         path = osp.join(lock_dir(), f"gcu{re.sub(r'[^A-Za-z0-9_.-]', '_', card)}.lock")
-        fd, holder = try_lock(path, _me(runner, f"card {card}"), shared=True)
+        fd, holder = try_lock(path, _me(rank, work_dir, f"card {card}"), shared=True)
         # Two ranks of one job on one card: the placement check names them better.
         if holder is not None and holder.get("job") != job_id():
             conflicts.append((f"card {card} of {socket.gethostname()}", holder))
         fds += [fd] if fd is not None else []
-    if runner.rank == 0:
-        folder = osp.join(runner.work_dir, ".mmgcu")
+    if rank == 0:
+        folder = osp.join(work_dir, ".mmgcu")
         os.makedirs(folder, exist_ok=True)
-        fd, holder = try_lock(osp.join(folder, "lock"), _me(runner, "work dir"))
+        fd, holder = try_lock(osp.join(folder, "lock"), _me(rank, work_dir, "work dir"))
         if holder is not None and holder.get("job") != job_id():
-            conflicts.append((f"the work dir {runner.work_dir}", holder))
+            conflicts.append((f"the work dir {work_dir}", holder))
         fds += [fd] if fd is not None else []
-    return _agree(runner, conflicts, fds)
+    return _agree(distributed, conflicts, fds)
 
 
 def refusal(what: str, holder: dict) -> str:

@@ -1,8 +1,10 @@
 """Validation and test loops whose ``fp16=True`` autocasts on the GCU card.
 
 Stock loops autocast on ``mmengine.device.get_device()``, which is ``'cpu'`` on a GCU
-host, so their fp16 would silently run in fp32 on the card. These run the stock
-``run_iter`` inside the card's autocast, with the stock (CPU) autocast turned off.
+host, so their fp16 would silently run in fp32 on the card. On the card ``GCURunner``
+binds to them, these run the stock ``run_iter`` inside the card's autocast, with the
+stock (CPU) autocast turned off. Off a GCU card (another runner, the CPU, CUDA) they are
+the stock loops.
 """
 
 import contextlib
@@ -11,23 +13,29 @@ import torch
 from mmengine.registry import LOOPS
 from mmengine.runner import TestLoop, ValLoop
 
+from .binding import CardBound
 from .counterparts import replaces
 
 _WHY = "its fp16 autocasts on get_device(), the CPU of a GCU host"
 
 
-class CardAutocast:
-    """``fp16`` taken from the stock loop and applied on the runner's card instead."""
+class CardAutocast(CardBound):
+    """``fp16`` taken from the stock loop and applied on the bound card instead."""
+
+    off_card = "acts as mmengine's loop (fp16 autocasts on get_device())"
 
     def __init__(self, *args, fp16: bool = False, **kwargs):
-        super().__init__(*args, fp16=False, **kwargs)
-        self.card_fp16 = fp16
+        super().__init__(*args, fp16=fp16, **kwargs)
         self.step = None
 
-    def _card_autocast(self):
-        if not self.card_fp16:
-            return contextlib.nullcontext()
-        return self.runner.accelerator.autocast(torch.float16)
+    @property
+    def fp16(self) -> bool:
+        """Whether the stock ``run_iter`` autocasts (on ``get_device()``): off a card only."""
+        return self.card_fp16 and self.card_accelerator() is None
+
+    @fp16.setter
+    def fp16(self, value: bool) -> None:
+        self.card_fp16 = bool(value)  # the stock __init__ sets it
 
     def run(self):
         self.step = None
@@ -35,7 +43,10 @@ class CardAutocast:
 
     def run_iter(self, idx, data_batch) -> None:
         self.step = idx  # the batch running now, which the watchdog's thread reads
-        with self._card_autocast():
+        accelerator = self.card_accelerator()
+        with contextlib.ExitStack() as stack:
+            if self.card_fp16 and accelerator is not None:
+                stack.enter_context(accelerator.autocast(torch.float16))
             super().run_iter(idx, data_batch)
 
 

@@ -14,6 +14,7 @@ mmengine's.
 
 import contextlib
 import time
+from typing import Optional
 
 import torch
 from mmengine.dist import is_distributed, is_main_process
@@ -23,10 +24,11 @@ from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, LOG_PROCESSORS, LOOPS, MODEL_WRAPPERS, OPTIM_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
+from .binding import CardBound
 from .checkpoint import load_problem, resume_target, save_atomically
 from .checkpoint_globals import mmengine_checkpoint_globals
 from .counterparts import Counterparts
-from .device import GCUError, select_accelerator
+from .device import Accelerator, GCUError, select_accelerator
 from .dist import init_distributed, lost_peer
 from .errors import stop_every_rank
 from .hooks import CPUCheckpointHook, GCUDevicePlacementHook
@@ -68,12 +70,28 @@ class GCURunner(Runner):
       logged, as stock mmengine does (see :mod:`mmgcu.message_hub`).
 
     Attributes:
-        accelerator: the :class:`~mmgcu.device.Accelerator` this runner trains on.
-        card: this rank's card index on its node.
+        accelerator: the :class:`~mmgcu.device.Accelerator` this runner trains on; it is
+            bound to every GCU hook, loop and log processor the runner builds
+            (:class:`~mmgcu.binding.CardBound`).
+        watchdog: the :class:`~mmgcu.watchdog.GCUWatchdogHook` of a distributed run, else
+            a :class:`~mmgcu.watchdog.NoWatchdog`.
     """
 
     #: Seconds a rank whose collective lost a peer waits before it exits.
     peer_loss_grace_s = 10.0
+
+    def __init__(self, *args, **kwargs):
+        # Set by setup_env and register_hooks, which mmengine's __init__ calls.
+        self.accelerator: Optional[Accelerator] = None
+        self.counterparts: Optional[Counterparts] = None
+        self.watchdog = NoWatchdog()
+        self._locks = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def card(self) -> int:
+        """This rank's card on its node: the accelerator's current card (its one source)."""
+        return self.accelerator.current_device()
 
     def setup_env(self, env_cfg: dict) -> None:
         """Choose the accelerator, set this rank's card, then create the process groups."""
@@ -84,18 +102,17 @@ class GCURunner(Runner):
         if self.distributed and not is_distributed():
             dist_cfg = dict(env_cfg.get("dist_cfg", {}))
             backend = dist_cfg.pop("backend", None)
-            self.card = init_distributed(self.accelerator, self.launcher, backend, **dist_cfg)
+            init_distributed(self.accelerator, self.launcher, backend, **dist_cfg)
         elif self.distributed:  # the caller created the group
-            self.card = self.accelerator.current_device()
             self.accelerator.adopt_process_groups()
         else:
-            self.card = 0
             self.accelerator.set_device(0)
         if env_cfg.get("cudnn_benchmark") and self.accelerator.kind != "cuda":
             env_cfg = {k: v for k, v in env_cfg.items() if k != "cudnn_benchmark"}
         # The rest is mmengine's: multiprocessing, timestamp broadcast, rlimit.
         super().setup_env(env_cfg)
-        self._locks = hold_locks(self)  # a second job on these cards or work dir stops here
+        # A second job on these cards or work dir stops here.
+        self._locks = hold_locks(self.accelerator, self.rank, self.work_dir, self.distributed)
 
     def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):
         """mmengine's seeding, plus the cards' generators (torch_gcu 1.x needs its own)."""
@@ -161,6 +178,12 @@ class GCURunner(Runner):
         return model
 
     # -- what mmengine builds from the config ----------------------------------------
+    def _bind(self, built):
+        """``built`` bound to this runner's accelerator when it is a GCU class."""
+        if isinstance(built, CardBound):
+            built.bind(self.accelerator)
+        return built
+
     def build_message_hub(self, message_hub=None):
         """mmengine's hub; on GCU cards wrapped so that step scalars stay on the card until
         something reads them (``gcu_defer_scalars=False`` turns this off)."""
@@ -180,17 +203,24 @@ class GCURunner(Runner):
         return built
 
     def build_val_loop(self, loop):
-        return super().build_val_loop(self.counterparts.resolve(loop, LOOPS, "ValLoop"))
+        loop = self.counterparts.resolve(loop, LOOPS, "ValLoop")
+        return self._bind(super().build_val_loop(loop))
 
     def build_test_loop(self, loop):
-        return super().build_test_loop(self.counterparts.resolve(loop, LOOPS, "TestLoop"))
+        loop = self.counterparts.resolve(loop, LOOPS, "TestLoop")
+        return self._bind(super().build_test_loop(loop))
 
     def build_log_processor(self, log_processor):
         resolved = self.counterparts.resolve(log_processor, LOG_PROCESSORS, "LogProcessor")
-        return super().build_log_processor(resolved)
+        return self._bind(super().build_log_processor(resolved))
 
     def register_hook(self, hook, priority=None) -> None:
+        """mmengine's, with the GCU class where one stands in, bound to the accelerator."""
+        known = {id(h) for h in self.hooks}
         super().register_hook(self.counterparts.resolve(hook, HOOKS), priority)
+        for registered in self.hooks:
+            if id(registered) not in known:
+                self._bind(registered)
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
         """mmengine's hooks, the CPU-only checkpoint hook, and the placement check unless
@@ -272,7 +302,7 @@ class GCURunner(Runner):
         except Exception as exc:
             if not (self.distributed and lost_peer(exc)):
                 raise
-            getattr(self, "watchdog", NoWatchdog()).explain(exc)  # a peer that hung: named
+            self.watchdog.explain(exc)  # a peer that hung: named
             self.logger.error(
                 "rank %d: a collective failed because another rank stopped (%s: %s); "
                 "that rank's error is the cause. Waiting up to %.0f s for the launcher "

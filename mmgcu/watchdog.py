@@ -36,6 +36,7 @@ from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
 from . import heartbeat as hb
+from .binding import CardBound
 from .device import GCUError
 
 DEFAULT_TIMEOUT = 300.0  # steady training: half NCCL's 10 minutes (see the README)
@@ -74,8 +75,11 @@ def build_watchdog(runner):
 
 
 @HOOKS.register_module()
-class GCUWatchdogHook(Hook):
+class GCUWatchdogHook(CardBound, Hook):
     """Heartbeats of this rank, and the end of a job that a stuck rank blocks.
+
+    A heartbeat names this rank's card: the current card of the accelerator ``GCURunner``
+    binds to the hook, read on the main thread (a device's current card is per thread).
 
     Args:
         timeout: seconds without progress on any rank, in steady training or validation,
@@ -94,7 +98,7 @@ class GCUWatchdogHook(Hook):
         self.phase = "start"
         self.saves = 0
         self.acted = False
-        self.runner, self.start, self.rank = None, 0, 0
+        self.runner, self.start, self.rank, self.card = None, 0, 0, ""
         self._val_loop = None
         self._seq = 0
         self._cpu: Dict[int, tuple] = {}
@@ -108,6 +112,8 @@ class GCUWatchdogHook(Hook):
     def before_train(self, runner) -> None:
         self.runner, self.start = runner, runner.iter
         self.host, self.rank = socket.gethostname(), runner.rank
+        if self.accelerator is not None:
+            self.card = self.accelerator.current_device()
         self.folder = hb.beat_dir(runner.work_dir, runner.timestamp)
         os.makedirs(self.folder, exist_ok=True)
         if self.rank == 0:  # it holds the work dir's lock: no other job beats here
@@ -201,7 +207,7 @@ class GCUWatchdogHook(Hook):
             phase, step = _val_phase(self._val_loop)
         self._seq += 1
         beat = dict(rank=self.rank, host=self.host, pid=os.getpid(), ppid=os.getppid())
-        beat.update(card=getattr(runner, "card", ""), phase=phase, iter=runner.iter)
+        beat.update(card=self.card, phase=phase, iter=runner.iter)
         beat.update(start=self.start, step=step, saves=self.saves, seq=self._seq)
         mine = self.observer.seen.get(self.rank)
         idle = mine is not None and time.monotonic() - mine["moved"] > self.interval

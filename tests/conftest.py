@@ -121,3 +121,31 @@ def last_json(stdout):
 @pytest.fixture
 def python():
     return run_python
+
+
+@pytest.fixture
+def runner_case():
+    """mmengine's own ``RunnerTestCase``, set up: its toy model, dataset and metric are
+    registered and ``iter_based_cfg`` / ``epoch_based_cfg`` build real runners, as
+    mmengine's tests build them (``build_runner``: mmengine's ``Runner.from_cfg``)."""
+    from mmengine.testing import RunnerTestCase
+
+    case = RunnerTestCase()
+    case.setUp()
+    yield case
+    case.tearDown()
+
+
+@pytest.fixture
+def fresh_notes(monkeypatch):
+    """mmgcu's once-per-process notes (mmgcu.binding) start unsaid."""
+    import mmgcu.binding
+
+    monkeypatch.setattr(mmgcu.binding, "_said", set())
+
+
+def run_log(runner) -> str:
+    """What ``runner`` has logged so far (its log file)."""
+    path = os.path.join(runner.log_dir, f"{runner.timestamp}.log")
+    with open(path) as f:
+        return f.read()

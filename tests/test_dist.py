@@ -11,7 +11,7 @@ import torch.distributed as torch_dist
 from mmgcu import dist as mdist
 from mmgcu.device import GCUError
 from tests import fakes
-from tests.conftest import LAUNCHER_VARS
+from tests.conftest import LAUNCHER_VARS, free_port
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +55,26 @@ def torch_groups(monkeypatch, events):
     monkeypatch.setattr(torch_dist, "init_process_group", init_process_group)
     monkeypatch.setattr(torch_dist, "get_backend", lambda group=None: "fake")
     monkeypatch.setattr(torch_dist, "get_world_size", lambda group=None: 1)
+
+
+@pytest.fixture
+def agent_store(monkeypatch):
+    """A store server as torchrun's agent keeps it across restarts, and the environment
+    its workers get (attempt 1 of rank 1 in a world of 2)."""
+    port = free_port()
+    server = torch_dist.TCPStore("127.0.0.1", port, 1, True, datetime.timedelta(seconds=10))
+    for name, value in dict(
+        TORCHELASTIC_USE_AGENT_STORE="True",
+        TORCHELASTIC_RESTART_COUNT="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK="1",
+        WORLD_SIZE="2",
+        LOCAL_RANK="0",
+        GROUP_WORLD_SIZE="1",
+    ).items():
+        monkeypatch.setenv(name, value)
+    return server
 
 
 # -- pg_backend_for ------------------------------------------------------------------------
@@ -262,17 +282,8 @@ def test_init_distributed_chooses_the_card_before_the_group(
     assert gcu2.card_group.dist is torch_dist
 
 
-def test_init_distributed_on_gcu1_adds_the_eccl_world(monkeypatch, gcu1, events, torch_groups):
-    for name, value in dict(
-        LOCAL_RANK="0",
-        RANK="0",
-        WORLD_SIZE="1",
-        MASTER_ADDR="h",
-        MASTER_PORT="1",
-        TORCHELASTIC_USE_AGENT_STORE="True",  # torchrun's store: ECCL's ranks meet there
-    ).items():
-        monkeypatch.setenv(name, value)
-
+def test_init_distributed_on_gcu1_adds_the_eccl_world(gcu1, events, torch_groups, agent_store):
+    # torchrun's agent store: ECCL's ranks meet there.
     mdist.init_distributed(gcu1, "pytorch")
 
     assert [e[:2] for e in events] == [
@@ -281,6 +292,41 @@ def test_init_distributed_on_gcu1_adds_the_eccl_world(monkeypatch, gcu1, events,
         ("eccl init_process_group", "eccl"),
     ]
     assert gcu1.card_group.dist is gcu1.torch_gcu.distributed
+
+
+def test_under_torchruns_agent_store_the_keys_are_the_attempts_own(
+    cpu, events, torch_groups, agent_store
+):
+    """After a restart the agent's store still holds the previous attempt's keys (gloo's
+    peer addresses): the group's store writes and reads this attempt's only."""
+    agent_store.set("default_pg/0//cpu/rank_0", "address of attempt 0")
+
+    mdist.init_distributed(cpu, "pytorch", timeout=10)
+
+    ((_, backend, kwargs),) = events
+    assert (backend, kwargs["rank"], kwargs["world_size"]) == ("gloo", 1, 2)
+    store = kwargs["store"]
+    store.set("default_pg/0//cpu/rank_1", "address of attempt 1")
+    assert agent_store.get("/worker/attempt_1/default_pg/0//cpu/rank_1") == b"address of attempt 1"
+    # The previous attempt's key is not seen: add() creates a key that does not exist
+    # (Store.check is not in torch 1.10's Python API).
+    assert store.add("default_pg/0//cpu/rank_0", 1) == 1
+
+
+def test_on_several_nodes_torch_makes_the_store(
+    monkeypatch, cpu, events, torch_groups, agent_store
+):
+    """Each node's agent counts its own restarts: the counts of two nodes can differ."""
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    mdist.init_distributed(cpu, "pytorch", timeout=10)
+    assert events == [("init_process_group", "gloo", dict(timeout=datetime.timedelta(seconds=10)))]
+
+
+def test_without_an_agent_store_torch_makes_the_store(monkeypatch, cpu, events, torch_groups):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")  # torch 1.10's --standalone
+    mdist.init_distributed(cpu, "pytorch", timeout=10)
+    assert events == [("init_process_group", "gloo", dict(timeout=datetime.timedelta(seconds=10)))]
 
 
 def test_init_distributed_passes_other_dist_cfg_options(monkeypatch, cpu, events, torch_groups):

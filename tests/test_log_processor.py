@@ -1,18 +1,21 @@
 """GCULogProcessor: mmengine's log line, with the card's memory at its end.
 
-mmengine's own ``get_log_after_iter`` runs on a stand-in runner with a real MessageHub and a
-real accelerator (GCU2 over a mocked torch.gcu, GCU1 over the fake torch_gcu 1.x).
+mmengine's own ``get_log_after_iter`` runs on a stand-in runner with a real MessageHub, the
+processor bound to a real accelerator (GCU2 over a mocked torch.gcu, GCU1 over the fake
+torch_gcu 1.x); under mmengine's own Runner (a stock tool) it is mmengine's processor.
 """
 
+import copy
 from types import SimpleNamespace
 
 import pytest
 import torch
 from mmengine.logging import MessageHub
-from mmengine.runner import LogProcessor
+from mmengine.runner import LogProcessor, Runner
 
 from mmgcu.log_processor import GCULogProcessor
 from tests import fakes
+from tests.conftest import run_log
 
 MiB = 1024 * 1024
 
@@ -33,8 +36,9 @@ def runner(request):
 
 
 def line(runner, accelerator):
-    runner.accelerator = accelerator
-    return GCULogProcessor(by_epoch=False).get_log_after_iter(runner, 2, "train")
+    processor = GCULogProcessor(by_epoch=False)
+    processor.bind(accelerator)  # as GCURunner does
+    return processor.get_log_after_iter(runner, 2, "train")
 
 
 def stock_line(runner):
@@ -93,3 +97,22 @@ def test_no_figure_no_column(monkeypatch, runner):
     tag, log_str = line(runner, accelerator)
 
     assert "memory" not in tag and "memory" not in log_str
+
+
+@pytest.mark.usefixtures("fresh_notes")
+def test_under_a_plain_runner_it_is_mmengines_processor(runner_case):
+    """The crash of mmseg's stock tools/test.py on a GCU config ("'Runner' object has no
+    attribute 'accelerator'" at the first log line) does not happen: the line is stock."""
+    cfg = copy.deepcopy(runner_case.iter_based_cfg)
+    cfg.train_cfg = dict(by_epoch=False, max_iters=2)
+    cfg.log_processor = dict(type="GCULogProcessor", by_epoch=False)
+    runner = runner_case.build_runner(cfg)
+    assert type(runner) is Runner and type(runner.log_processor) is GCULogProcessor
+
+    runner.train()
+
+    stock = LogProcessor(by_epoch=False).get_log_after_iter(runner, 1, "train")
+    assert runner.log_processor.get_log_after_iter(runner, 1, "train") == stock
+    log = run_log(runner)
+    assert "Iter(train) [2/2]" in log
+    assert log.count("GCULogProcessor acts as mmengine's LogProcessor: it was not built") == 1

@@ -1,11 +1,13 @@
 """GCUValLoop and GCUTestLoop: the stock ``run_iter`` inside the card's autocast.
 
-The runner is a stand-in with a real accelerator (GCU1Accelerator over the fake torch_gcu
-1.x, whose autocast records when it is entered and left) and a model whose steps record
-what autocast state they ran in.
+The runner is a stand-in; the loop is bound to a real accelerator (GCU1Accelerator over the
+fake torch_gcu 1.x, whose autocast records when it is entered and left) and a model whose
+steps record what autocast state they ran in. Off a card (mmengine's own Runner, the CPU)
+the loops are mmengine's.
 """
 
 import contextlib
+import copy
 from types import SimpleNamespace
 from unittest import mock
 
@@ -15,7 +17,6 @@ import torch
 from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.runner import TestLoop, ValLoop
 
-from mmgcu.device import GCUError
 from mmgcu.loops import GCUTestLoop, GCUValLoop
 from tests import fakes
 
@@ -57,11 +58,11 @@ def stock_autocast(monkeypatch):
 
 
 def make_loop(loop_class, accelerator, events, fp16):
-    runner = SimpleNamespace(
-        accelerator=accelerator, model=Model(events), call_hook=mock.Mock(), visualizer=None
-    )
+    runner = SimpleNamespace(model=Model(events), call_hook=mock.Mock(), visualizer=None)
     dataloader = torch.utils.data.DataLoader([0, 1], batch_size=1, collate_fn=list)
-    return loop_class(runner, dataloader, Evaluator([Nothing()]), fp16=fp16)
+    loop = loop_class(runner, dataloader, Evaluator([Nothing()]), fp16=fp16)
+    loop.bind(accelerator)  # as GCURunner does
+    return loop
 
 
 @pytest.mark.parametrize(
@@ -106,7 +107,31 @@ def test_a_whole_run_autocasts_every_iteration(monkeypatch, events, stock_autoca
     assert events == [cast, ("autocast exit",), cast, ("autocast exit",)]
 
 
-def test_fp16_where_the_device_has_no_mixed_precision_says_so(events, stock_autocast):
-    loop = make_loop(GCUValLoop, fakes.cpu(), events, fp16=True)
-    with pytest.raises(GCUError, match="mixed precision is not available on cpu"):
-        loop.run_iter(0, [0])
+@pytest.mark.usefixtures("fresh_notes")
+@pytest.mark.parametrize("loop_class", [GCUValLoop, GCUTestLoop])
+def test_on_the_cpu_fp16_is_the_stock_loops(events, stock_autocast, loop_class):
+    loop = make_loop(loop_class, fakes.cpu(), events, fp16=True)
+    assert loop.fp16 is True
+
+    loop.run_iter(0, [0])
+
+    stock_autocast.assert_called_once_with(enabled=True)  # mmengine's, on get_device()
+    assert loop.runner.model.seen == [[]]
+
+
+@pytest.mark.usefixtures("fresh_notes")
+def test_under_a_plain_runner_they_are_the_stock_loops(runner_case, stock_autocast):
+    cfg = copy.deepcopy(runner_case.iter_based_cfg)
+    cfg.train_cfg = dict(by_epoch=False, max_iters=2, val_interval=2)
+    cfg.val_cfg = dict(type="GCUValLoop", fp16=True)
+    cfg.test_cfg = dict(type="GCUTestLoop", fp16=True)
+    runner = runner_case.build_runner(cfg)
+
+    runner.train()
+    assert runner.test() == {"acc": 1}
+
+    assert type(runner.val_loop) is GCUValLoop and type(runner.test_loop) is GCUTestLoop
+    assert runner.val_loop.fp16 is True and runner.test_loop.fp16 is True
+    # Every validation and test batch ran inside mmengine's autocast, with fp16 on.
+    batches = len(runner.val_dataloader) + len(runner.test_dataloader)
+    assert stock_autocast.call_args_list == [mock.call(enabled=True)] * batches

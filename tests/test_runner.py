@@ -45,7 +45,7 @@ from mmgcu.model import GCUSyncBatchNorm
 from mmgcu.runner import GCURunner
 from mmgcu.watchdog import NoWatchdog
 from tests import fakes
-from tests.conftest import LAUNCHER_VARS
+from tests.conftest import LAUNCHER_VARS, free_port
 from tests.fakes import ConvBN, norm_types
 
 CARD = 3
@@ -74,7 +74,7 @@ def launcher_env():
 @pytest.fixture(autouse=True)
 def no_locks(monkeypatch):
     """The card and work-dir locks setup_env takes are tests/test_locks.py's subject."""
-    monkeypatch.setattr(mrunner, "hold_locks", lambda runner: None)
+    monkeypatch.setattr(mrunner, "hold_locks", lambda *args: None)
 
 
 @pytest.fixture
@@ -97,7 +97,12 @@ def torch_dist(monkeypatch, events):
     monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "fake")
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 8)
     # torchrun's agent store: torch_gcu 1.x's ECCL world meets there (no port to exchange).
+    port = free_port()
+    state["store"] = torch.distributed.TCPStore(
+        "127.0.0.1", port, 1, True, datetime.timedelta(seconds=10)
+    )
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("MASTER_PORT", str(port))
     return state
 
 
@@ -147,10 +152,10 @@ def make_runner(launcher="none", **cfg):
 
 
 def placed_runner(accelerator, distributed=True, card=CARD, **cfg):
-    """A runner after setup_env: its accelerator, card and counterparts."""
+    """A runner after setup_env: its accelerator on its card, and counterparts."""
     runner = make_runner("pytorch" if distributed else "none", **cfg)
+    accelerator.set_device(card)
     runner.accelerator = accelerator
-    runner.card = card
     runner.counterparts = Counterparts(accelerator)
     runner.message_hub = None  # built by Runner.__init__, which these tests skip
     return runner
@@ -253,7 +258,7 @@ def test_dist_cfg_timeout_reaches_both_groups(monkeypatch, events, torch_dist, s
     make_runner("pytorch").setup_env(dict(dist_cfg=dict(backend="nccl", timeout=1800)))
 
     timeout = datetime.timedelta(seconds=1800)
-    assert torch_dist["kwargs"] == dict(timeout=timeout)
+    assert torch_dist["kwargs"]["timeout"] == timeout
     eccl = accelerator.torch_gcu.distributed.init_process_group.call_args.kwargs
     assert eccl["timeout"] == timeout
 

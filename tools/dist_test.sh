@@ -14,7 +14,8 @@
 #   NNODES, NODE_RANK, MASTER_ADDR, PORT
 #                 several nodes, as in OpenMMLab's dist_test.sh: run the same command on
 #                 each node with its NODE_RANK; MASTER_ADDR is node 0's address.
-#                 On one node without PORT, torchrun picks a free port itself.
+#                 On one node without PORT, each job gets a rendezvous port of its own
+#                 (torch 1.x's torchrun --standalone would always take 29400).
 set -euo pipefail
 
 NAME=$(basename "$0")

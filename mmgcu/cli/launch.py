@@ -21,7 +21,9 @@ import argparse
 import importlib.util
 import os
 import os.path as osp
+import socket
 import sys
+import uuid
 from typing import Dict, List, Optional, Tuple
 
 HERE = osp.dirname(osp.abspath(__file__))
@@ -152,26 +154,78 @@ def resolve_cards(cards: Optional[int], prog: str) -> Tuple[int, str]:
     return count, source
 
 
-def rendezvous(env: Dict[str, str]) -> List[str]:
-    """torchrun's rendezvous flags from NNODES, NODE_RANK, MASTER_ADDR and PORT."""
+def torch_version() -> Optional[str]:
+    """This environment's torch version, from its metadata (torch is not imported here)."""
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # no metadata (a vendor build): take torch 1.x's path, safe on both
+        return None
+
+
+def free_port() -> int:
+    """A TCP port free on this host now, for a rendezvous of this job's own."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    """Whether a TCP port of this host has a listener (another job's store). A job that
+    just ended (its connections in TIME_WAIT) does not count: the store reuses the address."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
+def rendezvous(env: Dict[str, str], torch: Optional[str] = None) -> List[str]:
+    """torchrun's rendezvous flags from NNODES, NODE_RANK, MASTER_ADDR and PORT, for the
+    torch version ``torch`` (None: unknown).
+
+    One node without PORT gets a rendezvous of its own. torch 2's ``--standalone`` takes a
+    free port, but torch 1.x's always uses localhost:29400, so a second job on other cards
+    of the node joined the first one's store and died with it ("failed to send a
+    keep-alive heartbeat to the rendezvous"). There the launcher picks a free port and
+    hosts the store on it.
+    """
     nnodes, node_rank = env.get("NNODES", "1"), env.get("NODE_RANK", "0")
     if not nnodes.isdigit() or int(nnodes) < 1:
         raise LaunchError(f"NNODES must be a positive integer, got '{nnodes}'")
     if not node_rank.isdigit() or int(node_rank) >= int(nnodes):
         raise LaunchError(f"NODE_RANK must be in 0..{int(nnodes) - 1}, got '{node_rank}'")
     if int(nnodes) == 1 and not env.get("PORT"):
-        # A rendezvous on a free local port: two jobs on one node do not fight over 29500.
-        return ["--standalone"]
+        if torch and not torch.startswith("1."):
+            return ["--standalone"]
+        return [
+            "--nnodes=1",
+            "--rdzv_backend=c10d",
+            f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+            f"--rdzv_id={uuid.uuid4().hex}",
+            "--rdzv_conf=is_host=true",
+        ]
     if int(nnodes) > 1 and not env.get("MASTER_ADDR"):
         raise LaunchError(
             f"NNODES={nnodes} needs MASTER_ADDR, the address of node 0 (and the same PORT "
             "on every node)"
         )
+    port = env.get("PORT") or "29500"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise LaunchError(f"PORT must be a TCP port number, got '{port}'")
+    if int(node_rank) == 0 and port_in_use(int(port)):
+        raise LaunchError(
+            f"PORT={port} is in use on this host (another job's rendezvous?): choose a free "
+            "PORT, or on one node leave PORT unset and the launcher takes a free port"
+        )
     return [
         f"--nnodes={int(nnodes)}",
         f"--node_rank={int(node_rank)}",
         f"--master_addr={env.get('MASTER_ADDR') or '127.0.0.1'}",
-        f"--master_port={env.get('PORT') or '29500'}",
+        f"--master_port={port}",
     ]
 
 
@@ -217,7 +271,7 @@ def plan(mode: str, config: str, rest: List[str], env: Dict[str, str], prog: str
     check_python()
     target = train_script(env) if mode == "train" else test_script(env)
     nproc, source = resolve_cards(cards, prog)
-    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous(env)]
+    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous(env, torch_version())]
     command += [f"--nproc_per_node={nproc}", *target, *head, *script_args, "--launcher", "pytorch"]
     summary = f"{nproc} process(es), one per card ({source}), running {' '.join(target)}"
     return command, worker_env(env), summary

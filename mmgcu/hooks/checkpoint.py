@@ -1,11 +1,14 @@
-"""Checkpoint hooks: checkpoints that hold only CPU tensors and that a crash cannot all lose.
+"""Checkpoint hooks: checkpoints that load on every stack and that a crash cannot all lose.
 
-``CPUCheckpointHook``: mmengine 0.10.7 moves the model's weights, the optimizer state and
-the message hub to the CPU, but not what ``before_save_checkpoint`` hooks add (an EMA
-model, say). A card tensor left in a checkpoint opens only where that card's torch_gcu is
-installed: torch 1.10 pickles an ``xla`` tensor through numpy with its device name, and
-``map_location`` does not apply to it. ``GCURunner`` registers this hook last, so it sees
-what the others add.
+``CPUCheckpointHook`` makes a checkpoint plain (:func:`mmgcu.checkpoint_globals.plain`):
+CPU tensors and plain Python values only. mmengine 0.10.7 moves the model's weights, the
+optimizer state and the message hub to the CPU, but not what ``before_save_checkpoint``
+hooks add (an EMA model, say). A card tensor left in a checkpoint opens only where that
+card's torch_gcu is installed: torch 1.10 pickles an ``xla`` tensor through numpy with its
+device name, and ``map_location`` does not apply to it. The message hub's
+``HistoryBuffer`` objects and numpy values would tie the file to numpy's major version and
+make torch >= 2.6 refuse it; the hook restores the hub's objects when a checkpoint is
+loaded. ``GCURunner`` registers this hook last, so it sees what the others add.
 
 ``GCUCheckpointHook`` stands in for mmengine's ``CheckpointHook``. With
 ``max_keep_ckpts=1``, the stock hook deletes the previous checkpoint before it writes the
@@ -16,40 +19,31 @@ with no checkpoint and a ``last_checkpoint`` naming a deleted file.
 import logging
 import os.path as osp
 
-import torch
 from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS
 
 from ..checkpoint import LAST, batch_change_message, remove_partials, write_text_atomically
+from ..checkpoint_globals import plain, restore_message_hub
 from ..counterparts import replaces
 
 #: What the message hub (saved in every checkpoint) records about the global batch.
 BATCH_KEY = "mmgcu_global_batch"
 
 
-def to_cpu(obj):
-    """``obj`` with every tensor in its dicts, lists and tuples moved to the CPU."""
-    if isinstance(obj, torch.Tensor):
-        return obj.cpu()
-    if isinstance(obj, dict):
-        return type(obj)((k, to_cpu(v)) for k, v in obj.items())
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
-        return type(obj)(*(to_cpu(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_cpu(v) for v in obj)
-    return obj
-
-
 @HOOKS.register_module()
 class CPUCheckpointHook(Hook):
-    """Moves what other hooks add to a checkpoint to the CPU, before it is written."""
+    """Makes a checkpoint plain (CPU tensors, plain values) before it is written, and
+    restores the message hub's objects after one is loaded."""
 
     priority = "LOWEST"
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         for key, value in checkpoint.items():
-            checkpoint[key] = to_cpu(value)
+            checkpoint[key] = plain(value)
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        restore_message_hub(checkpoint)
 
 
 @HOOKS.register_module()

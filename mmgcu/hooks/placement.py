@@ -2,7 +2,9 @@
 
 It stops the run with one message on a wrong placement (instead of an obscure failure
 later, or a patch to ``mmengine/runner/runner.py`` to print devices), and logs what mmgcu
-set up: the accelerator, each rank's card, the process groups and precision.
+set up: the accelerator, each rank's card, the process groups and precision. It checks
+against the accelerator ``GCURunner`` binds to it; built by another runner, it has none and
+does nothing.
 """
 
 import logging
@@ -17,13 +19,14 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.registry import HOOKS
 
 from .. import sim
+from ..binding import CardBound
 from ..device import GCUError, physical_card
 from ..model.placement import misplaced, misplaced_message, watch_late_parameters
 from ..model.sync_bn import GCUSyncBatchNorm
 
 
 @HOOKS.register_module()
-class GCUDevicePlacementHook(Hook):
+class GCUDevicePlacementHook(CardBound, Hook):
     """Before the first train/val/test loop, check placement on every rank.
 
     Checks that every parameter and buffer is on this rank's card and that no two ranks
@@ -34,15 +37,18 @@ class GCUDevicePlacementHook(Hook):
     """
 
     priority = "VERY_HIGH"
+    off_card = "does nothing"
 
     def __init__(self):
         self._checked = False
 
     def before_train(self, runner) -> None:
         self._check(runner)
-        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        device = runner.accelerator.device(runner.accelerator.current_device())
-        watch_late_parameters(model, device, lambda: held(runner))
+        accelerator = self.accelerator
+        if accelerator is not None:
+            model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+            device = accelerator.device(accelerator.current_device())
+            watch_late_parameters(model, device, lambda: held(runner))
 
     def before_val(self, runner) -> None:
         self._check(runner)
@@ -54,7 +60,9 @@ class GCUDevicePlacementHook(Hook):
         if self._checked:
             return
         self._checked = True
-        accelerator = runner.accelerator
+        accelerator = self.bound_accelerator()
+        if accelerator is None:
+            return
         card = accelerator.current_device()
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         wrong = misplaced(model, accelerator.device(card))
@@ -69,7 +77,7 @@ class GCUDevicePlacementHook(Hook):
         )
         everyone = all_gather_object(mine) if get_world_size() > 1 else [mine]
         verify(everyone)
-        runner.logger.info(summary(runner, everyone))
+        runner.logger.info(summary(accelerator, runner, everyone))
         if len(everyone) == 1 and accelerator.is_gcu and mine["cards"] > 1:
             n = mine["cards"]
             print_log(
@@ -121,9 +129,8 @@ def _sync_bn(model) -> str:
     return f"SyncBN on {stock} layer(s) (torch)" if stock else "no SyncBN layer"
 
 
-def summary(runner, everyone) -> str:
+def summary(accelerator, runner, everyone) -> str:
     """What mmgcu set up, for the log: the accelerator, groups, precision, each rank's card."""
-    accelerator = runner.accelerator
     model = runner.model.module if is_model_wrapper(runner.model) else runner.model
     facts = accelerator.summary()
     group = accelerator.card_group.name if accelerator.card_group else "none (one process)"

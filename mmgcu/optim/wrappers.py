@@ -4,6 +4,8 @@ On a GCU ``GCURunner`` builds these for a config's ``OptimWrapper``/``AmpOptimWr
 (what stock ``tools/train.py --amp`` sets), and binds them to its accelerator and model
 (:meth:`CardStep.bind`): the step is the accelerator's, which on torch_gcu 1.x is
 ``torch_gcu.optimizer_step(optimizer, [loss], model=model, mode=...)``, the lazy graph run.
+Built by another runner (no ``bind``), they are mmengine's wrappers: ``GCUOptimWrapper``
+steps as ``OptimWrapper`` does; ``GCUAmpOptimWrapper``, like ``AmpOptimWrapper``, needs CUDA.
 """
 
 from contextlib import contextmanager
@@ -13,8 +15,10 @@ import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
+from ..binding import say_off_card
 from ..counterparts import replaces
 from ..device import Accelerator, GCUError
+from ..device.fallback import CUDAAccelerator
 
 
 class CardStep:
@@ -25,6 +29,7 @@ class CardStep:
     accelerator: Optional[Accelerator] = None
     model: Optional[torch.nn.Module] = None
     _loss: Optional[torch.Tensor] = None
+    off_card = "acts as mmengine's optimizer wrapper"
 
     def bind(self, accelerator: Accelerator, model: torch.nn.Module, message_hub=None) -> None:
         """Step on ``accelerator``'s card for ``model`` (``GCURunner`` calls this); log the
@@ -33,14 +38,6 @@ class CardStep:
         self.model = model
         if message_hub is not None:
             self.message_hub = message_hub
-
-    def _bound(self) -> Accelerator:
-        if self.accelerator is None:
-            raise GCUError(
-                f"{type(self).__name__} steps on a card GCURunner binds it to; build it "
-                "through GCURunner (runner_type='GCURunner') or call bind(accelerator, model)."
-            )
-        return self.accelerator
 
     def update_params(self, loss: torch.Tensor, step_kwargs=None, zero_kwargs=None) -> None:
         # The loss as the model gave it (mmengine divides it by the accumulation count, a
@@ -74,7 +71,10 @@ class GCUOptimWrapper(CardStep, OptimWrapper):
     with ``accumulative_counts`` once per accumulation)."""
 
     def step(self, **kwargs) -> None:
-        accelerator = self._bound()
+        accelerator = self.accelerator
+        if accelerator is None:  # built by another runner: mmengine's step
+            say_off_card(self, None)
+            return super().step(**kwargs)
         if self.clip_grad_kwargs:
             self._clip_grad()
         accelerator.optimizer_step(self.optimizer, self.model, self._loss, **kwargs)
@@ -138,6 +138,31 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
         super().bind(accelerator, model, message_hub)
         if self.loss_scaler is None:
             self.loss_scaler = accelerator.grad_scaler(**self._scaler_args)
+
+    def _bound(self) -> Accelerator:
+        """The accelerator ``bind`` gave; unbound, CUDA's, as mmengine's AmpOptimWrapper."""
+        if self.accelerator is None:
+            if not torch.cuda.is_available():
+                raise GCUError(
+                    f"{type(self).__name__} was not built by GCURunner, so it has no card, "
+                    "and mmengine's AmpOptimWrapper, which it then acts as, needs CUDA (none "
+                    "here). Train with runner_type='GCURunner' (tools/train.py honours it)."
+                )
+            say_off_card(self, None)
+            self.bind(CUDAAccelerator(), self.model, self.message_hub)
+        return self.accelerator
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        self._bound()  # the loss scaler comes with the accelerator
+        super().backward(loss, **kwargs)
+
+    def state_dict(self) -> dict:
+        self._bound()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._bound()
+        super().load_state_dict(state_dict)
 
     def step(self, **kwargs) -> None:
         accelerator = self._bound()

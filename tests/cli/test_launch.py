@@ -4,6 +4,7 @@ refuse with one line, and one real launch of a stand-in script on two ranks."""
 import glob
 import json
 import os
+import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -83,6 +84,36 @@ def test_one_node_with_port_and_own_scripts(node, tmp_path):
     assert command[5:7] == [str(own), node.cfg]
 
 
+def test_one_node_on_torch_1_gets_a_rendezvous_of_its_own():
+    """torch 1.x's --standalone is always localhost:29400, which a second job would join."""
+    first, second = launch.rendezvous({}, "1.10.2"), launch.rendezvous({}, "1.10.2")
+
+    for flags in (first, second):
+        assert "--standalone" not in flags
+        assert flags[:2] == ["--nnodes=1", "--rdzv_backend=c10d"]
+        assert flags[-1] == "--rdzv_conf=is_host=true"  # this launcher hosts the store
+    endpoints = [f[2] for f in (first, second)]
+    ids = [f[3] for f in (first, second)]
+    assert all(e.startswith("--rdzv_endpoint=127.0.0.1:") for e in endpoints)
+    assert "--rdzv_endpoint=127.0.0.1:29400" not in endpoints
+    assert ids[0] != ids[1]
+    # torch 2.x's --standalone takes a free port itself; an unknown torch is treated as 1.x.
+    assert launch.rendezvous({}, "2.13.0") == ["--standalone"]
+    assert launch.rendezvous({}, None)[1] == "--rdzv_backend=c10d"
+
+
+def test_a_port_another_job_listens_on_is_refused():
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(launch.LaunchError, match=f"PORT={port} is in use on this host"):
+            launch.rendezvous({"PORT": str(port)}, "1.10.2")
+    # Only node 0 hosts the store: another node's launcher does not check the port.
+    env = dict(NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", PORT=str(port))
+    assert f"--master_port={port}" in launch.rendezvous(env, "1.10.2")
+
+
 def test_shipped_config_by_name(node):
     command, _, _ = launch.plan(
         "train", "fcn_r18-tiny_8xgcu_synthetic-64x64", [], {}, "mmgcu train"
@@ -100,6 +131,7 @@ def test_shipped_config_by_name(node):
         ("train", [], {"NNODES": "x"}, "NNODES must be a positive integer"),
         ("train", [], {"TRAIN_SCRIPT": "/nope.py"}, "training script not found: /nope.py"),
         ("test", [], {"TEST_SCRIPT": "/nope.py"}, "test script not found: /nope.py"),
+        ("train", [], {"PORT": "29x"}, "PORT must be a TCP port number, got '29x'"),
     ],
 )
 def test_wrong_launch_is_refused(node, mode, args, env, message):

@@ -1,5 +1,6 @@
 """Two jobs on one node: a second job on the cards or the work dir of a running job stops
-before training, naming it (pid, work dir), and the running job is unharmed.
+before training, naming it (pid, work dir), and the running job is unharmed; two jobs on
+disjoint cards, started with tools/dist_train.sh, both train to their end.
 
 The first job is a torchrun job of stock mmseg ``tools/train.py`` on two of four simulated
 cards, held after its first iteration; the second ones are started by hand, as an operator
@@ -10,6 +11,7 @@ import os.path as osp
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -89,3 +91,51 @@ def test_the_first_job_is_unharmed(two_jobs):
     assert two_jobs["code"] == 0, two_jobs["out"][-4000:]
     assert {r["iter"] for r in probes(two_jobs["work"]).values()} == {2}
     assert "Iter(train) [2/2]" in two_jobs["out"]
+
+
+def dist_train(cfg, work, cards):
+    """``tools/dist_train.sh CFG 2`` on ``cards`` of four simulated cards, as the README
+    starts a job (no PORT: the launcher chooses the rendezvous)."""
+    env = programs_env(MMGCU_SIMULATE=4, MMGCU_SIMULATE_API=LEG_API, TOPS_VISIBLE_DEVICES=cards)
+    env = clean_env(PYTHON=sys.executable, OMP_NUM_THREADS=1, **env)
+    for name in ("NNODES", "NODE_RANK", "PORT"):
+        env.pop(name, None)
+    return subprocess.Popen(
+        [osp.join(REPO, "tools", "dist_train.sh"), cfg, "2", "--work-dir", work],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.t20
+def test_jobs_on_disjoint_cards_both_train_to_their_end(dataset, tmp_path):
+    """torch 1.10's ``torchrun --standalone`` always used localhost:29400: the second job's
+    launcher joined the rendezvous store of the first, which its launcher hosts, and died
+    when the first job ended ("failed to send a keep-alive heartbeat to the rendezvous")."""
+    go = {job: tmp_path / f"go_{job}" for job in "ab"}
+    work = {job: str(tmp_path / job) for job in "ab"}
+    jobs = {}
+    try:
+        for job, cards in (("a", "0,1"), ("b", "2,3")):  # A first: its launcher hosts first
+            held = [dict(type="WaitForFileHook", at=1, path=str(go[job]))]
+            cfg = fault_config(tmp_path / f"{job}.py", dataset, held, max_iters=2)
+            jobs[job] = dist_train(cfg, work[job], cards)
+            wait_for(osp.join(work[job], "holding_rank0"), jobs[job], timeout=600)
+        go["a"].touch()
+        a_code, a_out = finish(jobs["a"], timeout=600)
+        # B's launcher beats its rendezvous every 5 s: on A's store, it would die now.
+        time.sleep(20)
+        assert jobs["b"].poll() is None, "B ended while held: " + jobs["b"].communicate()[0]
+    finally:
+        for path in go.values():
+            path.touch()
+    b_code, b_out = finish(jobs["b"], timeout=600)
+
+    assert a_code == 0, a_out[-4000:]
+    assert b_code == 0, b_out[-4000:]
+    assert "keep-alive" not in b_out and "RendezvousConnectionError" not in b_out
+    for job in "ab":
+        assert {r["iter"] for r in probes(work[job]).values()} == {2}

@@ -1,19 +1,25 @@
-"""CPUCheckpointHook and to_cpu: every tensor a checkpoint holds is a CPU tensor.
+"""CPUCheckpointHook and GCUCheckpointHook: a checkpoint holds CPU tensors and plain values
+only, and the hooks work under any runner.
 
 A card tensor is stood for by :class:`CardTensor`, whose ``cpu()`` answers a plain tensor.
+(:func:`mmgcu.checkpoint_globals.plain` itself: ``tests/test_checkpoint_globals.py``.)
 """
 
-import collections
+import copy
+import os
 
+import numpy as np
 import torch
+from mmengine.logging import HistoryBuffer
 from mmengine.registry import HOOKS
+from mmengine.runner import Runner
 
 from mmgcu.hooks import CPUCheckpointHook
-from mmgcu.hooks.checkpoint import to_cpu
+from tests.conftest import run_log
 
 
 class CardTensor(torch.Tensor):
-    """A tensor on a card, as far as ``to_cpu`` can tell: ``cpu()`` copies it off."""
+    """A tensor on a card, as far as the hook can tell: ``cpu()`` copies it off."""
 
     def cpu(self, *args, **kwargs):
         return self.as_subclass(torch.Tensor).clone()
@@ -34,48 +40,9 @@ def on_the_cpu(obj):
     return True
 
 
-def test_to_cpu_moves_tensors_in_dicts_lists_and_tuples():
-    nested = {"a": on_card(1.0), "b": [on_card(2.0), (on_card(3.0), "text")], "c": 4}
-
-    moved = to_cpu(nested)
-
-    assert on_the_cpu(moved)
-    assert torch.equal(moved["b"][1][0], torch.tensor([3.0]))
-    assert moved["c"] == 4 and moved["b"][1][1] == "text"
-    assert type(moved["b"]) is list and type(moved["b"][1]) is tuple
-    assert not on_the_cpu(nested)  # the original is left as it was
-
-
-def test_to_cpu_keeps_the_container_types():
-    ordered = collections.OrderedDict([("z", on_card(1.0)), ("a", on_card(2.0))])
-    moved = to_cpu(ordered)
-    assert type(moved) is collections.OrderedDict and list(moved) == ["z", "a"]
-    assert on_the_cpu(moved)
-
-
-def test_to_cpu_leaves_other_objects():
-    marker = object()
-    assert to_cpu(marker) is marker
-    cpu_tensor = torch.ones(1)
-    assert to_cpu(cpu_tensor) is cpu_tensor
-
-
-Point = collections.namedtuple("Point", "x y")
-
-
-def test_to_cpu_keeps_a_namedtuple_without_tensors():
-    point = Point(1, 2)
-    assert to_cpu(point) == point
-
-
-def test_to_cpu_moves_tensors_in_a_namedtuple():
-    moved = to_cpu({"stats": Point(on_card(1.0), 2)})
-    assert type(moved["stats"]) is Point and on_the_cpu(moved)
-
-
 def test_the_hook_moves_what_other_hooks_added():
     checkpoint = {
-        "meta": {"epoch": 1},
+        "meta": {"epoch": 1, "seed": np.int64(3)},
         "state_dict": {"w": torch.ones(1)},
         "ema_state_dict": {"w": on_card(1.0)},  # an EMA hook's addition, left on the card
         "extra": [on_card(2.0)],
@@ -85,10 +52,52 @@ def test_the_hook_moves_what_other_hooks_added():
     CPUCheckpointHook().before_save_checkpoint(runner=None, checkpoint=checkpoint)
 
     assert checkpoint is same and on_the_cpu(checkpoint)
-    assert checkpoint["meta"] == {"epoch": 1}
+    assert checkpoint["meta"] == {"epoch": 1, "seed": 3} and type(checkpoint["meta"]["seed"]) is int
     assert torch.equal(checkpoint["ema_state_dict"]["w"], torch.tensor([1.0]))
+
+
+def test_the_hook_restores_the_message_hub_after_a_load():
+    buffer = HistoryBuffer([0.5, 0.25], [1, 1])
+    checkpoint = {"message_hub": {"log_scalars": {"train/loss": buffer}, "runtime_info": {}}}
+    CPUCheckpointHook().before_save_checkpoint(runner=None, checkpoint=checkpoint)
+    assert isinstance(checkpoint["message_hub"]["log_scalars"]["train/loss"], dict)
+
+    CPUCheckpointHook().after_load_checkpoint(runner=None, checkpoint=checkpoint)
+
+    restored = checkpoint["message_hub"]["log_scalars"]["train/loss"]
+    assert isinstance(restored, HistoryBuffer) and restored.current() == 0.25
 
 
 def test_the_hook_runs_after_the_others():
     assert CPUCheckpointHook.priority == "LOWEST"
     assert HOOKS.get("CPUCheckpointHook") is CPUCheckpointHook
+
+
+def test_under_a_plain_runner_the_hooks_save_and_resume(runner_case):
+    """A config listing both hooks, run by mmengine's own Runner: plain checkpoints, the
+    previous one removed after the new one is recorded, and a resume that continues."""
+    cfg = copy.deepcopy(runner_case.iter_based_cfg)
+    cfg.train_cfg = dict(by_epoch=False, max_iters=4)
+    cfg.default_hooks.checkpoint = dict(
+        type="GCUCheckpointHook", interval=2, by_epoch=False, max_keep_ckpts=1
+    )
+    cfg.custom_hooks = [dict(type="CPUCheckpointHook")]
+    runner = runner_case.build_runner(cfg)
+    assert type(runner) is Runner
+
+    runner.train()
+
+    work = runner.work_dir
+    assert sorted(f for f in os.listdir(work) if f.endswith(".pth")) == ["iter_4.pth"]
+    with open(os.path.join(work, "last_checkpoint")) as f:
+        assert f.read() == os.path.join(work, "iter_4.pth")
+    saved = torch.load(os.path.join(work, "iter_4.pth"), map_location="cpu")
+    assert isinstance(saved["message_hub"]["log_scalars"]["train/loss"], dict)
+
+    cfg.train_cfg = dict(by_epoch=False, max_iters=6)
+    cfg.resume = True
+    resumed = runner_case.build_runner(cfg)
+    resumed.train()
+
+    assert "resumed epoch: 0, iter: 4" in run_log(resumed)
+    assert len(resumed.message_hub.get_scalar("train/loss").data[0]) == 6

@@ -5,6 +5,7 @@ real accelerator whose ``device()`` is the CPU, with the all-gather replaced whe
 ranks are needed.
 """
 
+import copy
 import logging
 from types import SimpleNamespace
 from unittest import mock
@@ -19,6 +20,7 @@ from mmgcu.hooks import GCUDevicePlacementHook
 from mmgcu.hooks.placement import summary, verify
 from mmgcu.optim import GCUAmpOptimWrapper
 from tests import fakes
+from tests.conftest import run_log
 from tests.fakes import ConvBN
 
 
@@ -43,6 +45,7 @@ def record(rank, host="node0", card=0, physical=None, wrong=()):
 
 
 def make_runner(accelerator, model=None, rank=0, optim_wrapper=None):
+    """A stand-in runner; ``accelerator`` is what GCURunner would bind to the hook."""
     return SimpleNamespace(
         model=ConvBN() if model is None else model,
         rank=rank,
@@ -50,6 +53,17 @@ def make_runner(accelerator, model=None, rank=0, optim_wrapper=None):
         accelerator=accelerator,
         optim_wrapper=optim_wrapper,
     )
+
+
+def check(runner):
+    hook_of(runner).before_train(runner)
+
+
+def hook_of(runner):
+    """The hook as GCURunner builds it: bound to the runner's accelerator."""
+    hook = GCUDevicePlacementHook()
+    hook.bind(runner.accelerator)
+    return hook
 
 
 def gather_as(monkeypatch, *others):
@@ -139,7 +153,7 @@ def test_a_misplaced_model_stops_the_run():
     model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(4)]).to("meta")
 
     with pytest.raises(GCUError) as info:
-        GCUDevicePlacementHook().before_train(make_runner(fakes.cpu(), model))
+        check(make_runner(fakes.cpu(), model))
 
     message = str(info.value)
     assert message.startswith("rank 0: 8 parameter(s)/buffer(s) are not on its card cpu: ")
@@ -154,7 +168,7 @@ def test_a_wrapped_model_is_checked_through_module(monkeypatch):
     monkeypatch.setattr(placement, "is_model_wrapper", lambda m: m is wrapper)
 
     with pytest.raises(GCUError, match="bn.running_var on meta"):
-        GCUDevicePlacementHook().before_train(make_runner(fakes.cpu(), wrapper))
+        check(make_runner(fakes.cpu(), wrapper))
 
 
 @pytest.mark.parametrize("first", ["before_train", "before_val", "before_test"])
@@ -162,13 +176,13 @@ def test_each_loop_start_runs_the_check(first):
     runner = make_runner(fakes.cpu(), ConvBN().to("meta"))
 
     with pytest.raises(GCUError):
-        getattr(GCUDevicePlacementHook(), first)(runner)
+        getattr(hook_of(runner), first)(runner)
 
 
 def test_the_check_runs_once_for_all_loops(monkeypatch):
     gathered = gather_as(monkeypatch, record(1, host="other", card=0))
     runner = make_runner(fakes.cpu())
-    hook = GCUDevicePlacementHook()
+    hook = hook_of(runner)
 
     hook.before_train(runner)
     hook.before_val(runner)
@@ -183,6 +197,25 @@ def test_its_priority_runs_it_before_other_hooks():
     assert GCUDevicePlacementHook.priority == "VERY_HIGH"
 
 
+@pytest.mark.usefixtures("fresh_notes")
+def test_under_a_plain_runner_it_does_nothing_and_says_so(runner_case):
+    """Built by mmengine's own Runner (a stock tool with a config that lists it), it has no
+    accelerator: no check, no summary, one line."""
+    cfg = copy.deepcopy(runner_case.iter_based_cfg)
+    cfg.train_cfg = dict(by_epoch=False, max_iters=2)
+    cfg.custom_hooks = [dict(type="GCUDevicePlacementHook")]
+    runner = runner_case.build_runner(cfg)
+
+    runner.train()
+    runner.test()
+
+    (hook,) = [h for h in runner.hooks if isinstance(h, GCUDevicePlacementHook)]
+    assert hook.accelerator is None
+    log = run_log(runner)
+    assert log.count("GCUDevicePlacementHook does nothing: it was not built by GCURunner") == 1
+    assert "card tensors over" not in log  # no summary
+
+
 # -- the summary ---------------------------------------------------------------------------------
 
 
@@ -195,7 +228,7 @@ def test_summary_of_a_gcu2_rank(monkeypatch):
     )
     runner = make_runner(accelerator, model, optim_wrapper=optim_wrapper)
 
-    GCUDevicePlacementHook().before_train(runner)
+    check(runner)
 
     first, *ranks = logged_summary(runner).splitlines()
     assert first == (
@@ -215,7 +248,7 @@ def test_summary_names_the_card_group_and_every_rank(monkeypatch):
     everyone = [record(0), record(1, host="node1", card=0, physical="3")]
     runner = make_runner(accelerator, optim_wrapper=dict(type="OptimWrapper"))
 
-    text = summary(runner, everyone)
+    text = summary(runner.accelerator, runner, everyone)
 
     first, *ranks = text.splitlines()
     assert "card tensors over torch_gcu.distributed eccl" in first
@@ -231,7 +264,9 @@ def test_summary_names_a_plain_optimizer_wrapper_without_a_dtype():
     runner = make_runner(
         fakes.cpu(), model, optim_wrapper=OptimWrapper(torch.optim.SGD(model.parameters(), lr=1))
     )
-    assert "optimizer wrapper OptimWrapper; memory column: none" in summary(runner, [record(0)])
+    assert "optimizer wrapper OptimWrapper; memory column: none" in summary(
+        runner.accelerator, runner, [record(0)]
+    )
 
 
 # -- across ranks --------------------------------------------------------------------------------
@@ -243,7 +278,7 @@ def test_another_rank_on_my_card_stops_the_run(monkeypatch):
     gathered = gather_as(monkeypatch, other)
 
     with pytest.raises(GCUError, match="ranks 0 and 7 both run on card 2 of "):
-        GCUDevicePlacementHook().before_train(make_runner(accelerator))
+        check(make_runner(accelerator))
 
     assert gathered[0]["card"] == 2 and gathered[0]["physical"] == "2"
 
@@ -252,7 +287,7 @@ def test_another_ranks_misplaced_tensors_stop_every_rank(monkeypatch):
     gather_as(monkeypatch, record(5, host="other", wrong=[("head.weight", "cpu")]))
 
     with pytest.raises(GCUError, match="rank 5: 1 parameter"):
-        GCUDevicePlacementHook().before_train(make_runner(fakes.cpu()))
+        check(make_runner(fakes.cpu()))
 
 
 # -- the idle-cards warning ------------------------------------------------------------------------
@@ -262,7 +297,7 @@ def test_another_ranks_misplaced_tensors_stop_every_rank(monkeypatch):
 def test_a_single_process_on_many_gcus_is_warned(monkeypatch, logged, kind):
     accelerator = fakes.ACCELERATORS[kind](monkeypatch, cards=8, on_cpu=True)
 
-    GCUDevicePlacementHook().before_train(make_runner(accelerator))
+    check(make_runner(accelerator))
 
     (warning,) = warnings_of(logged)
     assert warning.startswith("using 1 of 8 GCUs: this is a single process, so 7 card(s) idle.")
@@ -276,7 +311,7 @@ def test_no_idle_warning_without_idle_gcus(monkeypatch, logged, kind, cards):
     kwargs = {} if cards is None else dict(cards=cards)
     accelerator = fakes.ACCELERATORS[kind](monkeypatch, on_cpu=True, **kwargs)
 
-    GCUDevicePlacementHook().before_train(make_runner(accelerator))
+    check(make_runner(accelerator))
 
     assert warnings_of(logged) == []
 
@@ -285,6 +320,6 @@ def test_no_idle_warning_with_several_ranks(monkeypatch, logged):
     gather_as(monkeypatch, record(1, host="other"))
     accelerator = fakes.gcu2(monkeypatch, cards=8, on_cpu=True)
 
-    GCUDevicePlacementHook().before_train(make_runner(accelerator))
+    check(make_runner(accelerator))
 
     assert warnings_of(logged) == []

@@ -5,6 +5,7 @@ In-process the accelerator is a real GCU1Accelerator over the fake torch_gcu 1.x
 runs both wrappers on the simulated torch_gcu 1.x in a fresh process.
 """
 
+import copy
 import hashlib
 import inspect
 import os
@@ -19,7 +20,7 @@ from mmengine.registry import OPTIM_WRAPPERS
 from mmgcu.device import GCUError
 from mmgcu.optim import GCUAmpOptimWrapper, GCUOptimWrapper
 from tests import fakes
-from tests.conftest import last_json, run_program
+from tests.conftest import last_json, run_log, run_program
 from tests.fakes import ToyModel, toy_batch
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "wrappers_on_sim.py")
@@ -75,20 +76,59 @@ def test_binding_names_accelerator_and_model(gcu1, model):
     assert (wrapper.accelerator, wrapper.model) == (gcu1, model)
 
 
-@pytest.mark.parametrize("wrapper_class", [GCUOptimWrapper, GCUAmpOptimWrapper])
-def test_an_unbound_wrapper_refuses_to_step(wrapper_class, model):
-    wrapper = wrapper_class(optimizer=sgd(model))
+@pytest.mark.usefixtures("fresh_notes")
+def test_an_unbound_wrapper_steps_as_mmengines(model):
+    """Built by another runner (no bind), GCUOptimWrapper is OptimWrapper."""
+    twin = copy.deepcopy(model)
+    wrapper = GCUOptimWrapper(optimizer=sgd(model), clip_grad=dict(max_norm=0.1))
+    stock = OptimWrapper(optimizer=sgd(twin), clip_grad=dict(max_norm=0.1))
+
+    for _ in range(2):
+        wrapper.update_params(loss_of(model))
+        stock.update_params(loss_of(twin))
+
+    for mine, theirs in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(mine, theirs)
+
+
+@pytest.mark.usefixtures("fresh_notes")
+def test_an_unbound_amp_wrapper_off_cuda_says_what_mmengines_needs(model):
+    """Unbound, GCUAmpOptimWrapper is AmpOptimWrapper, which needs CUDA."""
     with pytest.raises(GCUError) as err:
-        wrapper.step()
-    message = str(err.value)
-    assert message.startswith(f"{wrapper_class.__name__} steps on a card GCURunner binds it to")
-    assert "runner_type='GCURunner'" in message and "bind(accelerator, model)" in message
-
-
-def test_an_unbound_amp_wrapper_refuses_to_autocast(model):
-    with pytest.raises(GCUError, match="GCUAmpOptimWrapper steps on a card"):
         with GCUAmpOptimWrapper(optimizer=sgd(model)).optim_context(model):
             pass
+    message = str(err.value)
+    assert message.startswith("GCUAmpOptimWrapper was not built by GCURunner, so it has no card")
+    assert "AmpOptimWrapper" in message and "needs CUDA" in message
+    assert "runner_type='GCURunner'" in message
+
+
+@pytest.mark.usefixtures("fresh_notes")
+def test_unbound_on_cuda_the_amp_wrapper_is_mmengines(monkeypatch, model):
+    """With CUDA, unbound, it autocasts and scales as AmpOptimWrapper: on CUDA."""
+    cuda = fakes.cuda(monkeypatch)
+    monkeypatch.setattr("mmgcu.optim.wrappers.CUDAAccelerator", lambda: cuda)
+    wrapper = GCUAmpOptimWrapper(optimizer=sgd(model))
+
+    state = wrapper.state_dict()
+
+    assert wrapper.accelerator is cuda and "loss_scaler" in state
+
+
+@pytest.mark.usefixtures("fresh_notes")
+def test_under_a_plain_runner_gcu_optim_wrapper_trains(runner_case):
+    cfg = copy.deepcopy(runner_case.iter_based_cfg)
+    cfg.train_cfg = dict(by_epoch=False, max_iters=3)
+    cfg.optim_wrapper = dict(type="GCUOptimWrapper", optimizer=dict(type="SGD", lr=0.1))
+    runner = runner_case.build_runner(cfg)
+    before = [p.detach().clone() for p in runner.model.parameters()]
+
+    runner.train()
+
+    assert type(runner.optim_wrapper) is GCUOptimWrapper
+    assert runner.optim_wrapper.accelerator is None
+    assert any(not torch.equal(a, b) for a, b in zip(before, runner.model.parameters()))
+    assert "GCUOptimWrapper acts as mmengine's optimizer wrapper" in run_log(runner)
 
 
 # -- the step ------------------------------------------------------------------------------------

@@ -30,13 +30,17 @@ class FaultHook(PidHook):
 
     Modes: ``exit`` (exit code 3), ``raise``, ``sleep`` (until the test kills it), ``kill``
     (SIGKILL itself), ``mark`` (only writes ``fault_rankR``, for a fault the test injects).
+    ``once``: not again where ``fault_rankR`` exists (a transient failure, which a job
+    restarted by ``torchrun --max_restarts`` meets no more).
     """
 
-    def __init__(self, mode, at, rank=None):
-        self.mode, self.at, self.rank = mode, at, rank
+    def __init__(self, mode, at, rank=None, once=False):
+        self.mode, self.at, self.rank, self.once = mode, at, rank, once
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         if runner.iter + 1 != self.at or self.rank not in (None, runner.rank):
+            return
+        if self.once and os.path.exists(os.path.join(runner.work_dir, f"fault_rank{runner.rank}")):
             return
         _mark(runner, "fault")
         if self.mode == "exit":
