@@ -23,8 +23,9 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 		MMCV_WITH_OPS=1 FORCE_CUDA=0 $(PIP) install --no-build-isolation mmcv==2.1.0
 	$(PIP) install --quiet --no-warn-conflicts -r requirements/runtime.txt -r requirements/optional.txt -r requirements/tests.txt
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
-	# Pre-build the simulator's C++ part once, so many ranks starting together find it cached.
-	MMGCU_SIMULATE=1 $(PY) -m mmgcu.sim.build
+	# Pre-build the simulator's C++ part once, so many ranks starting together find it cached
+	# (as a script: 'python -m' would import the mmgcu package, and with it this module, first).
+	$(PY) mmgcu/sim/build.py
 	touch $(STAMP)
 
 # Both legs: the main environment (torch 2.x: everything), then the T20 stack's own
@@ -39,7 +40,8 @@ test: install install-t20 lint
 test-t20: install-t20
 	$(T20_PY) -m pytest $(T20_TESTS)
 
-# The main job on 8 simulated GCUs: stock mmseg tools/train.py through tools/dist_train.sh
+# The main job on 8 simulated T20 cards (MMGCU_SIMULATE=t20: torch_gcu 1.x, the T20's
+# generation): stock mmseg tools/train.py through tools/dist_train.sh
 # (mmgcu train), 40 iterations that learn; then the loss and mIoU curves and a few
 # predictions as PNG files, and what was learnt next to the background-only baseline.
 DEMO_CONFIG := configs/tiny/fcn_r18-tiny-d8_8xgcu-40it_synthetic-64x64.py
@@ -58,14 +60,14 @@ define run_demo
 endef
 
 demo: install
-	$(call run_demo,$(PY),work_dirs/demo,MMGCU_SIMULATE=8,8 simulated GCU cards)
+	$(call run_demo,$(PY),work_dirs/demo,MMGCU_SIMULATE=t20,8 simulated T20 cards (torch_gcu 1.x API))
 	@echo "Rehearse your own config the same way:" && \
-	echo "  source .venv/bin/activate && MMGCU_SIMULATE=8 mmgcu train CONFIG"
+	echo "  source .venv/bin/activate && MMGCU_SIMULATE=t20 mmgcu train CONFIG"
 
 # The same demo on the T20's own stack (.venv-t20: Python 3.8, torch 1.10) and its
 # torch_gcu 1.x API (XLA devices xla:N, ECCL in torch_gcu.distributed), simulated.
 demo-t20: install-t20
-	$(call run_demo,$(T20_PY),work_dirs/demo-t20,MMGCU_SIMULATE=8 MMGCU_SIMULATE_API=gcu1,8 simulated T20 cards (torch_gcu 1.x on torch 1.10))
+	$(call run_demo,$(T20_PY),work_dirs/demo-t20,MMGCU_SIMULATE=t20,8 simulated T20 cards (torch_gcu 1.x on torch 1.10))
 
 # What mmgcu costs: per-iteration overhead, start-up, the 8-card rehearsal (both torch_gcu
 # APIs, --amp, gcu1 against the code before the 1.x rebuild), the simulator's cost per op,

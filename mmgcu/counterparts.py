@@ -1,9 +1,11 @@
 """Stock mmengine classes that assume CUDA, and the GCU classes that stand in for them.
 
-Each GCU class declares what it replaces next to its own definition::
+Each GCU class declares what it replaces next to its own definition: ``why`` says what the
+stock class gets wrong, ``does`` what the GCU class does instead (per device kind where it
+differs), which is what the one log line of a substitution says::
 
     @LOOPS.register_module()
-    @replaces(ValLoop, why="its fp16 autocast runs on the card")
+    @replaces(ValLoop, why="its fp16 autocasts on the CPU", does="it autocasts on the card")
     class GCUValLoop(ValLoop): ...
 
 :class:`Counterparts` resolves a config's ``type`` (a name, a scoped name such as
@@ -20,25 +22,29 @@ classes replace it; the accelerator names the one for its kind (``ddp_wrapper``)
 
 import copy
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 from mmengine.logging import print_log
 
 _REPLACEMENTS: Dict[type, List[type]] = {}
 _STOCK_OF: Dict[type, type] = {}
 _WHY: Dict[type, str] = {}
+_DOES: Dict[type, Dict[str, str]] = {}
 _EVERYWHERE = set()
 
 
-def replaces(*stock: type, why: str, everywhere: bool = False):
+def replaces(*stock: type, why: str, does: Union[str, Dict[str, str]], everywhere: bool = False):
     """Class decorator: the decorated class stands in for each of ``stock`` on GCU cards
-    (on every device with ``everywhere``); ``why`` says what the stock class gets wrong."""
+    (on every device with ``everywhere``). ``why`` says what the stock class gets wrong;
+    ``does`` what this class does instead: one text, or one per device kind (``'gcu1'``,
+    ``'gcu2'``, ...) with ``'*'`` for the others."""
 
     def register(cls: type) -> type:
         for base in stock:
             _REPLACEMENTS.setdefault(base, []).append(cls)
             _STOCK_OF.setdefault(cls, base)
         _WHY[cls] = why
+        _DOES[cls] = does if isinstance(does, dict) else {"*": does}
         if everywhere:
             _EVERYWHERE.add(cls)
         return cls
@@ -123,9 +129,10 @@ class Counterparts:
     def _say(self, cls: type, gcu: type) -> None:
         if (cls, gcu) not in self._said:
             self._said.add((cls, gcu))
+            kind = self.accelerator.kind
+            does = _DOES[gcu].get(kind) or _DOES[gcu]["*"]
             print_log(
-                f"mmgcu: {gcu.__name__} stands in for {cls.__name__} on "
-                f"{self.accelerator.kind}: {_WHY[gcu]}",
+                f"mmgcu: {gcu.__name__} stands in for {cls.__name__} on {kind}: {does}",
                 logger="current",
             )
 

@@ -166,7 +166,7 @@ def select_card(accelerator: Accelerator, launcher: str) -> int:
         raise GCUError(
             f"{ranks_here} ranks were launched on this node but it has only {cards} "
             f"{kind}: {where}. Launch at most {cards} processes per node "
-            f"(torchrun --nproc_per_node={cards}, or tools/dist_train.sh CONFIG {cards}), "
+            f"(torchrun --nproc_per_node={cards}, or mmgcu train CONFIG {cards}), "
             "or make more cards visible with TOPS_VISIBLE_DEVICES."
         )
     if not 0 <= rank < cards:

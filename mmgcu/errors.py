@@ -7,9 +7,11 @@ hook untouched:
 
 - a :class:`~mmgcu.device.GCUError` (a launch or set-up mistake): its message already
   says what was found, what was expected and the fix, so it is printed alone;
-- a config that imports mmgcu but leaves ``runner_type`` out: mmengine's own Runner then
-  calls ``torch.cuda.set_device`` in ``init_dist`` on a host whose cards are GCUs, and
-  fails there ("_cuda_setDevice" or "Found no NVIDIA driver"). mmgcu names the missing key.
+- mmengine's own Runner calling ``torch.cuda.set_device`` in ``init_dist`` on a host whose
+  cards are GCUs ("_cuda_setDevice" or "Found no NVIDIA driver"): either the config leaves
+  ``runner_type`` out (mmgcu names the key), or it sets it and the script ignores it, as
+  mmseg 1.2.2's ``tools/test.py`` does (mmgcu names the script and ``mmgcu test``). Rank 0
+  says it; the other ranks say only that they stop.
 
 ``MMGCU_TRACEBACK=1`` keeps the full traceback in both cases.
 """
@@ -19,8 +21,10 @@ import os
 import sys
 import time
 import traceback
+from typing import Optional
 
 from .device import GCUError
+from .rank_warnings import launcher_rank
 
 RUNNER_TYPE_MISSING = (
     "the config imports mmgcu but runs mmengine's own Runner, whose init_dist calls "
@@ -37,6 +41,28 @@ def _failed_in_stock_init_dist(exc_type, exc, tb) -> bool:
     return on_gcu and cuda_error and any(name.startswith("_init_dist_") for name in frames)
 
 
+def script_ignores_runner_type(runner_type: str) -> str:
+    """Why a config that sets ``runner_type`` still ran mmengine's Runner, and the fix."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "this script"
+    return (
+        f"{script} builds mmengine's own Runner whatever runner_type says (this config sets "
+        f"runner_type = {runner_type!r}), and that Runner calls torch.cuda.set_device on a "
+        "GCU host. Run the same arguments with 'mmgcu test CONFIG CHECKPOINT [CARDS] ...' "
+        "(or tools/dist_test.sh), which honours runner_type."
+    )
+
+
+def _config_runner_type(tb) -> Optional[str]:
+    """The ``runner_type`` of the config ``Runner.from_cfg`` was given, if any."""
+    while tb is not None:
+        frame = tb.tb_frame
+        cfg = frame.f_locals.get("cfg") if frame.f_code.co_name == "from_cfg" else None
+        if cfg is not None and hasattr(cfg, "get") and cfg.get("runner_type"):
+            return str(cfg.get("runner_type"))
+        tb = tb.tb_next
+    return None
+
+
 def _explain(exc_type, exc, tb):
     """The message mmgcu prints instead of the traceback, or None to leave it alone."""
     if os.environ.get("MMGCU_TRACEBACK"):
@@ -44,7 +70,12 @@ def _explain(exc_type, exc, tb):
     if issubclass(exc_type, GCUError):
         return f"\nmmgcu: {exc}\n"
     if _failed_in_stock_init_dist(exc_type, exc, tb):
-        return f"\n{exc_type.__name__}: {exc}\nmmgcu: {RUNNER_TYPE_MISSING}\n"
+        rank = launcher_rank()
+        if rank != 0:
+            return f"mmgcu: rank {rank} stops: rank 0 says why\n"
+        runner_type = _config_runner_type(tb)
+        why = script_ignores_runner_type(runner_type) if runner_type else RUNNER_TYPE_MISSING
+        return f"\n{exc_type.__name__}: {exc}\nmmgcu: {why}\n"
     return None
 
 

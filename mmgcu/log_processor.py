@@ -15,7 +15,11 @@ from .counterparts import replaces
 
 
 @LOG_PROCESSORS.register_module()
-@replaces(LogProcessor, why="its memory column exists only where CUDA is available")
+@replaces(
+    LogProcessor,
+    why="its memory column exists only where CUDA is available",
+    does="it logs the card's memory in the memory column",
+)
 class GCULogProcessor(CardBound, LogProcessor):
     """A :class:`LogProcessor` that logs the GCU card's memory as ``memory`` (MiB)."""
 

@@ -17,6 +17,7 @@ from .binding import CardBound
 from .counterparts import replaces
 
 _WHY = "its fp16 autocasts on get_device(), the CPU of a GCU host"
+_DOES = "its fp16 autocasts on the card"
 
 
 class CardAutocast(CardBound):
@@ -51,12 +52,12 @@ class CardAutocast(CardBound):
 
 
 @LOOPS.register_module()
-@replaces(ValLoop, why=_WHY)
+@replaces(ValLoop, why=_WHY, does=_DOES)
 class GCUValLoop(CardAutocast, ValLoop):
     """:class:`ValLoop` with ``fp16`` autocast on the card."""
 
 
 @LOOPS.register_module()
-@replaces(TestLoop, why=_WHY)
+@replaces(TestLoop, why=_WHY, does=_DOES)
 class GCUTestLoop(CardAutocast, TestLoop):
     """:class:`TestLoop` with ``fp16`` autocast on the card."""

@@ -38,12 +38,14 @@ from .model import (
     GCU1DistributedDataParallel,
     GCUDistributedDataParallel,
     GCUSyncBatchNorm,
+    convert_gcu_mmcv_ops,
     convert_gcu_sync_batchnorm,
     revert_gcu_sync_batchnorm,
 )
 from .model.placement import watch_first_batch
 from .model.wrappers import ddp_config, torch_ddp_names
 from .optim.wrappers import CardStep
+from .rank_warnings import show_library_warnings_on_rank_0
 from .watchdog import NoWatchdog, build_watchdog
 
 _GCU_DDP = (GCUDistributedDataParallel, GCU1DistributedDataParallel)
@@ -86,6 +88,7 @@ class GCURunner(Runner):
         self.counterparts: Optional[Counterparts] = None
         self.watchdog = NoWatchdog()
         self._locks = None
+        show_library_warnings_on_rank_0()  # before the model and hooks warn, once per rank
         super().__init__(*args, **kwargs)
 
     @property
@@ -124,6 +127,8 @@ class GCURunner(Runner):
         """Move the model to this rank's card, then wrap it in the accelerator's DDP."""
         if is_model_wrapper(model):
             return super().wrap_model(model_wrapper_cfg, model)
+        if self.accelerator.is_gcu:
+            model = self._card_ops(model)
         device = self.accelerator.device(self.card)
         model = model.to(device)
         watch_first_batch(model, device)
@@ -140,6 +145,20 @@ class GCURunner(Runner):
         if isinstance(cfg["type"], type) and issubclass(cfg["type"], _TORCH_DDP):
             cfg = torch_ddp_names(cfg)
         return MODEL_WRAPPERS.build(cfg, default_args=self._wrapper_args(cfg["type"], model))
+
+    def _card_ops(self, model: torch.nn.Module) -> torch.nn.Module:
+        """mmcv's compiled ops replaced by counterparts a card can run (mmcv dispatches them
+        by device type, and a GCU has no kernel: "psamask_forward_impl: implementation for
+        device gcu:1 not found")."""
+        model, replaced = convert_gcu_mmcv_ops(model)
+        if replaced:
+            ops = ", ".join(f"{name} x{count} as GCU{name}" for name, count in replaced)
+            print_log(
+                f"mmgcu: mmcv ops with no card kernel run on the card as ordinary tensor ops: "
+                f"{ops}",
+                logger="current",
+            )
+        return model
 
     def _wrapper_args(self, wrapper, model: torch.nn.Module) -> dict:
         if not isinstance(wrapper, type):  # an unknown name: mmengine's registry says so

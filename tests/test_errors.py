@@ -82,7 +82,10 @@ def test_other_errors_reach_the_previous_hook_untouched(previous, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_a_stock_runner_on_a_gcu_host_is_told_about_runner_type(previous, gcu_host, capsys):
+def test_a_stock_runner_on_a_gcu_host_is_told_about_runner_type(
+    previous, gcu_host, monkeypatch, capsys
+):
+    monkeypatch.delenv("RANK", raising=False)
     sys.excepthook(*raised(_init_dist_pytorch))
 
     err = capsys.readouterr().err
@@ -92,6 +95,35 @@ def test_a_stock_runner_on_a_gcu_host_is_told_about_runner_type(previous, gcu_ho
     )
     assert "runner_type = 'GCURunner'" in errors.RUNNER_TYPE_MISSING
     previous.assert_not_called()
+
+
+class _Cfg(dict):
+    """A config as mmengine's Runner.from_cfg receives it (a mapping with ``get``)."""
+
+
+def from_cfg(cfg):  # named as mmengine's Runner.from_cfg, which stock test.py calls
+    _init_dist_pytorch()
+
+
+def test_a_script_that_ignores_runner_type_is_named_with_mmgcu_test(
+    previous, gcu_host, monkeypatch, capsys
+):
+    """mmseg's tools/test.py builds a plain Runner from a config that sets runner_type."""
+    monkeypatch.setattr(sys, "argv", ["/site/mmseg/.mim/tools/test.py", "cfg.py", "ckpt.pth"])
+    monkeypatch.setenv("RANK", "0")
+    sys.excepthook(*raised(lambda: from_cfg(_Cfg(runner_type="GCURunner"))))
+
+    err = capsys.readouterr().err
+    assert "test.py builds mmengine's own Runner whatever runner_type says" in err
+    assert "runner_type = 'GCURunner'" in err and "mmgcu test CONFIG CHECKPOINT" in err
+    assert errors.RUNNER_TYPE_MISSING not in err
+    previous.assert_not_called()
+
+
+def test_only_rank_0_explains_a_stock_runner(previous, gcu_host, monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "3")
+    sys.excepthook(*raised(lambda: from_cfg(_Cfg())))
+    assert capsys.readouterr().err == "mmgcu: rank 3 stops: rank 0 says why\n"
 
 
 def test_the_same_error_on_a_host_without_torch_gcu_is_cudas_own(previous, cuda_host, capsys):

@@ -8,6 +8,7 @@ their progress and result as JSON files to a temp folder; this process reads the
 the logs) and prints one line: OK, or the first failure with its fix. Exit status 0 or 1.
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -63,20 +64,29 @@ class CheckError(Exception):
     """Why the check failed, as the one line to print."""
 
 
+NO_CARD_FIX = (
+    "On a GCU host, check the driver with efsmi (and TOPS_VISIBLE_DEVICES); on a machine "
+    "without one, rehearse on simulated T20 cards: MMGCU_SIMULATE=t20 mmgcu check"
+)
+
+
 def ranks_to_launch(cards: Optional[int]) -> int:
-    """``--cards``, or every card of the node; refuse more ranks than cards up front."""
+    """``--cards``, or every card of the node; refuse more ranks than cards up front, and
+    any number of ranks where no torch_gcu could give them a card."""
     from ..device import count_cards
 
     count, source = count_cards()
     if cards is None:
         if count < 1:
-            raise CheckError(
-                f"no GCU cards found ({source}). Check the driver with efsmi and "
-                "TOPS_VISIBLE_DEVICES, or pass --cards N."
-            )
+            raise CheckError(f"no GCU card found ({source}). {NO_CARD_FIX}.")
         return count
     if cards < 1:
         raise CheckError(f"--cards {cards}: launch at least one rank")
+    if not count and importlib.util.find_spec("torch_gcu") is None:
+        raise CheckError(
+            f"--cards {cards}, but this machine has no torch_gcu and no GCU card ({source}). "
+            f"{NO_CARD_FIX} --cards {cards}."
+        )
     if count and cards > count:
         raise CheckError(
             f"--cards {cards} but this node has {count} card(s) ({source}): use "

@@ -161,8 +161,8 @@ def collect_env() -> Dict[str, Any]:
     info = OrderedDict()  # type: Dict[str, Any]
     if sim.is_installed():
         info["torch_gcu simulator"] = (
-            f"SIMULATED ({sim.state.api} API, {sim.state.cards} cards): torch_gcu is "
-            "mmgcu.sim on host memory, not Enflame hardware"
+            f"SIMULATED ({sim.state.hardware}: {sim.state.api} API, {sim.state.cards} cards): "
+            "torch_gcu is mmgcu.sim on host memory, not Enflame hardware"
         )
     info["mmgcu"] = f"{mmgcu.__version__} ({os.path.dirname(mmgcu.__file__)})"
     info["Python"] = sys.version.replace("\n", " ")

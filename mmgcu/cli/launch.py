@@ -58,9 +58,11 @@ def _load(name: str, path: str):
 if __package__:
     from ..device import cards as _cards
     from . import configs as _configs
+    from . import preflight as _preflight
 else:  # run as a script by tools/dist_*.sh: no mmgcu package, no torch
     _cards = _load("_mmgcu_cards", osp.join(HERE, "..", "device", "cards.py"))
     _configs = _load("_mmgcu_configs", osp.join(HERE, "configs.py"))
+    _preflight = _load("_mmgcu_preflight", osp.join(HERE, "preflight.py"))
 
 
 def add_parsers(sub, prog: Optional[str] = None) -> None:
@@ -139,17 +141,28 @@ def test_script(env: Dict[str, str]) -> List[str]:
 
 
 def resolve_cards(cards: Optional[int], prog: str) -> Tuple[int, str]:
-    """CARDS, or every card of this node (counted without touching one), and the source."""
+    """CARDS, or every card of this node (counted without touching one), and the source.
+
+    More processes than counted cards is refused here: every rank would start, import
+    torch and mmseg, and then refuse the same launch (tens of seconds, once per rank).
+    """
+    count, source = _cards.count_cards()
     if cards is not None:
         if cards < 1:
             raise LaunchError(f"CARDS must be at least 1, got {cards}")
+        if 0 < count < cards:
+            raise LaunchError(
+                f"{cards} processes, one per card, but this node has {count} card(s) "
+                f"({source}): run {prog} CONFIG {count} (or fewer), or make more cards "
+                f"visible with {_cards.VISIBLE_ENV}"
+            )
         return cards, "given"
-    count, source = _cards.count_cards()
     if count < 1:
         raise LaunchError(
             "found no GCU card on this node (TOPS_VISIBLE_DEVICES is unset, no simulator, "
             "and efsmi is missing or lists no card). Check the driver with 'efsmi', or give "
-            f"the number of cards: {prog} CONFIG CARDS ..."
+            f"the number of cards: {prog} CONFIG CARDS ...; without a card, rehearse on "
+            f"simulated T20 cards: {_cards.SIMULATE_ENV}=t20 {prog} CONFIG"
         )
     return count, source
 
@@ -258,6 +271,15 @@ def cfg_options_warning(args: List[str]) -> Optional[str]:
     return None
 
 
+def config_problem(mode: str, config: str, rest: List[str], env: Dict[str, str]):
+    """Why the config cannot run on the cards (:mod:`mmgcu.cli.preflight`), or None.
+    Checked when the script is the stock one: a TRAIN_SCRIPT or TEST_SCRIPT of the user's
+    may choose its runner itself."""
+    if env.get("TRAIN_SCRIPT" if mode == "train" else "TEST_SCRIPT"):
+        return None
+    return _preflight.config_problem(resolve_config(config), split_cards(rest)[1])
+
+
 def plan(mode: str, config: str, rest: List[str], env: Dict[str, str], prog: str, checkpoint=None):
     """The torchrun command line, its environment and a one-line summary of the launch."""
     cards, script_args = split_cards(rest)
@@ -292,6 +314,9 @@ def run(args) -> int:
             prog,
             getattr(args, "checkpoint", None),
         )
+        problem = config_problem(args.mode, args.config, args.args, env)
+        if problem:
+            raise LaunchError(problem)
     except LaunchError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1

@@ -20,6 +20,12 @@ from typing import List, Optional, Tuple
 VISIBLE_ENV = "TOPS_VISIBLE_DEVICES"
 #: The variables naming the visible cards, the one that wins first.
 VISIBLE_VARS = (VISIBLE_ENV, "ENFLAME_VISIBLE_DEVICES")
+#: Simulated cards (``mmgcu.sim``): a count, or the hardware and its cards (see below).
+SIMULATE_ENV = "MMGCU_SIMULATE"
+#: The hardware the simulator stands in for: the torch_gcu generation its TopsRider
+#: release runs, and the cards of one server. The T20 runs torch_gcu 1.x (TopsRider 2.x);
+#: torch_gcu 2.x is the S60's (TopsRider 3.x).
+HARDWARE = {"t20": ("gcu1", 8), "s60": ("gcu2", 8)}
 
 # One card per row: '* 0      T20   | 10.19.3 | ...' (classic) or '| 0  T20  | ...' (newer).
 _EFSMI_ROW = re.compile(r"^\s*[*|]\s*(\d+)\s+([A-Za-z][\w-]*)\s*\|")
@@ -88,18 +94,37 @@ def efsmi_cards(timeout: float = 10.0) -> Optional[List[Tuple[int, str]]]:
     return parse_efsmi(out.stdout) if out.returncode == 0 else None
 
 
+def parse_simulate(value: str) -> Tuple[Optional[str], int]:
+    """The hardware (None: the generation of this torch) and the card count that
+    ``MMGCU_SIMULATE`` names: ``8``, ``t20`` (a T20 server's 8 cards), ``t20:4``, ``s60:8``."""
+    hardware, sep, count = value.strip().lower().rpartition(":")
+    if not sep and count in HARDWARE:  # 't20': the whole server
+        hardware, count = count, str(HARDWARE[count][1])
+    if (hardware and hardware not in HARDWARE) or not count.isdigit():
+        raise ValueError(
+            f"{SIMULATE_ENV}={value!r}: give a card count (8), or the hardware and its "
+            f"cards: {', '.join(HARDWARE)} (a whole server), or e.g. t20:4"
+        )
+    return hardware or None, int(count)
+
+
+def simulated_cards() -> int:
+    """The card count ``MMGCU_SIMULATE`` asks for (0 when unset)."""
+    value = os.environ.get(SIMULATE_ENV, "")
+    return parse_simulate(value)[1] if value else 0
+
+
 def count_cards() -> Tuple[int, str]:
     """How many cards this node offers, and where the number came from."""
     visible = visible_devices()
-    simulated = os.environ.get("MMGCU_SIMULATE", "")
-    simulated = simulated if simulated.isdigit() else None
+    simulated = simulated_cards()
     if visible is not None:
         count = len(visible)
         if simulated:
-            count = min(count, int(simulated))
+            count = min(count, simulated)
         return count, describe_visible()
     if simulated:
-        return int(simulated), f"MMGCU_SIMULATE={simulated} (simulated cards)"
+        return simulated, f"{SIMULATE_ENV}={os.environ[SIMULATE_ENV]} (simulated cards)"
     cards = efsmi_cards()
     if cards:
         return len(cards), "efsmi"

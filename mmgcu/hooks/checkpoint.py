@@ -51,6 +51,8 @@ class CPUCheckpointHook(Hook):
     CheckpointHook,
     why="it deletes the previous checkpoint before the new one is written and rewrites "
     "last_checkpoint in place, so a crash during a save can lose every checkpoint",
+    does="it writes each checkpoint under a temporary name and renames it, then removes the "
+    "old ones, so a crash during a save loses none",
     everywhere=True,
 )
 class GCUCheckpointHook(CheckpointHook):

@@ -8,7 +8,14 @@ from ..counterparts import replaces
 
 
 @HOOKS.register_module()
-@replaces(EmptyCacheHook, why="it empties only CUDA's cache")
+@replaces(
+    EmptyCacheHook,
+    why="it empties only CUDA's cache",
+    does={
+        "gcu1": "torch_gcu 1.x has no cache to empty, so it says so once and does nothing",
+        "*": "it empties the card's cache",
+    },
+)
 class GCUEmptyCacheHook(CardBound, EmptyCacheHook):
     """Release cached card memory, with :class:`EmptyCacheHook`'s options
     (``before_epoch``, ``after_epoch``, ``after_iter``). torch_gcu 1.x has no

@@ -23,6 +23,7 @@ def _flush(runner) -> None:
 @replaces(
     RuntimeInfoHook,
     why="it reads every logged loss of every step from the card (.item()), a host wait each",
+    does="it keeps the step's losses on the card and reads them once per log line",
 )
 class GCURuntimeInfoHook(RuntimeInfoHook):
     """:class:`RuntimeInfoHook` whose step scalars reach the message hub in one transfer

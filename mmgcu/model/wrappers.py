@@ -65,6 +65,7 @@ def torch_ddp_names(cfg: dict) -> dict:
     *_STOCK_DDP,
     why="the stock wrapper leaves the model where get_device() points (the CPU on a GCU "
     "host) and gives DDP device_ids of its own",
+    does="it wraps the model on this rank's card, with that card's device_ids and group",
     everywhere=True,
 )
 class GCUDistributedDataParallel(MMDistributedDataParallel):
@@ -88,6 +89,8 @@ class GCUDistributedDataParallel(MMDistributedDataParallel):
 @replaces(
     *_STOCK_DDP,
     why="torch_gcu 1.x trains with its own DDP (not torch's), on this rank's card and ECCL group",
+    does="it wraps the model in torch_gcu's DistributedDataParallel on this rank's card and "
+    "ECCL group",
     everywhere=True,
 )
 class GCU1DistributedDataParallel(torch.nn.Module):

@@ -64,7 +64,12 @@ class CardStep:
 @OPTIM_WRAPPERS.register_module()
 @replaces(
     OptimWrapper,
-    why="on torch_gcu 1.x the step is torch_gcu.optimizer_step, which runs the lazy graph",
+    why="its step knows nothing of a lazy device: on torch_gcu 1.x nothing would run the graph",
+    does={
+        "gcu1": "its step is torch_gcu.optimizer_step, which runs the lazy graph once per "
+        "optimizer step",
+        "*": "it steps on the card and logs the gradient norm without reading it from the card",
+    },
 )
 class GCUOptimWrapper(CardStep, OptimWrapper):
     """:class:`OptimWrapper` whose step is the accelerator's (once per optimizer step, so
@@ -84,6 +89,7 @@ class GCUOptimWrapper(CardStep, OptimWrapper):
 @replaces(
     AmpOptimWrapper,
     why="the stock one asserts CUDA and autocasts on get_device(), the CPU of a GCU host",
+    does="it autocasts on the card and scales the loss with the card's GradScaler",
 )
 class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
     """:class:`AmpOptimWrapper` with the card's autocast and ``GradScaler``.

@@ -1,9 +1,11 @@
 """A simulated torch_gcu, so mmgcu can be proven without a T20.
 
 Cards are a real PyTorch device type backed by host memory (``csrc/gcu_sim.cpp``), so
-wrong device placement fails here as it does on hardware. Activated by ``MMGCU_SIMULATE=<cards>``
-(and ``MMGCU_SIMULATE_API=gcu2|gcu1``, aliases ``v2|legacy``) before ``import mmgcu``;
-it fakes only torch_gcu.
+wrong device placement fails here as it does on hardware. Activated before ``import mmgcu``
+by ``MMGCU_SIMULATE``: ``t20`` (a T20 server: 8 cards, torch_gcu 1.x), ``t20:4``, ``s60:8``
+(torch_gcu 2.x), or a card count alone, which simulates this torch's generation (2.x on
+torch 2, 1.x on torch 1.10). ``MMGCU_SIMULATE_API=gcu2|gcu1`` (aliases ``v2|legacy``) names
+the generation instead of the hardware. It fakes only torch_gcu.
 """
 
 import atexit
@@ -25,6 +27,8 @@ RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "LOCAL_RANK")
 #: The torch_gcu generations the simulator models, and the other names users type for them.
 APIS = ("gcu2", "gcu1")
 API_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
+#: The hardware each generation is simulated as, when MMGCU_SIMULATE names none.
+HARDWARE_OF = {"gcu1": "T20", "gcu2": "S60"}
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +50,7 @@ def visible_cards(installed: int) -> int:
     """Cards left visible by ``TOPS_VISIBLE_DEVICES`` (the T20's CUDA_VISIBLE_DEVICES), or
     in a Kubernetes container by ``ENFLAME_VISIBLE_DEVICES`` (the device plugin mounts only
     those cards); the first wins. Set but empty: no card, as the driver would show."""
-    from ..device.cards import visible_devices  # reads only os.environ
+    from ..device.cards import visible_devices
 
     ids = visible_devices()
     return installed if ids is None else min(len(ids), installed)
@@ -73,13 +77,11 @@ def install(cards=None, api=None):
     """Install the simulated ``torch_gcu`` in this process (once) and return it."""
     if is_installed():
         return sys.modules["torch_gcu"]
-    cards = int(cards if cards is not None else os.environ.get(ENV_CARDS, "0"))
-    given = api or os.environ.get(ENV_API) or default_api()
-    api = API_ALIASES.get(given, given)
-    if api not in APIS:
-        raise ValueError(
-            f"{ENV_API}={given!r}: expected one of {', '.join(APIS + tuple(API_ALIASES))}"
-        )
+    from ..device.cards import parse_simulate  # reads only os.environ
+
+    hardware, count = parse_simulate(os.environ.get(ENV_CARDS) or "0")
+    cards = int(cards if cards is not None else count)
+    api = resolve_api(api or os.environ.get(ENV_API), hardware)
     if cards < 1:
         raise ValueError(f"{ENV_CARDS}={cards}: simulate at least one card")
 
@@ -90,17 +92,43 @@ def install(cards=None, api=None):
     state.ext.install(max(state.cards, 1))  # no visible card: the host has cards, none shown
     state.device_type = "gcu" if api == "gcu2" else "xla"
     state.api = api
+    state.hardware = HARDWARE_OF[api]
     atexit.register(_release_autograd_threads)
     module = _install_gcu2() if api == "gcu2" else _install_gcu1()
     if _says_it():
         os.environ[ENV_NOTICE] = "shown"
         logger.warning(
-            "mmgcu: torch_gcu is SIMULATED (%s API, %d cards on host memory); "
-            "results prove device placement and distribution, not GCU speed or numerics",
-            api,
+            "mmgcu: torch_gcu is SIMULATED (%s: the torch_gcu %s API, %s:N; %d cards on host "
+            "memory); results prove device placement and distribution, not GCU speed or "
+            "numerics",
+            state.hardware,
+            "1.x" if api == "gcu1" else "2.x",
+            state.device_type,
             state.cards,
         )
     return module
+
+
+def resolve_api(given, hardware) -> str:
+    """The generation to simulate: ``MMGCU_SIMULATE_API`` (or ``api=``), else the one the
+    hardware runs, else this torch's."""
+    from ..device.cards import HARDWARE
+
+    implied = HARDWARE[hardware][0] if hardware else None
+    if not given:
+        return implied or default_api()
+    api = API_ALIASES.get(given, given)
+    if api not in APIS:
+        raise ValueError(
+            f"{ENV_API}={given!r}: expected one of {', '.join(APIS + tuple(API_ALIASES))}"
+        )
+    if implied and implied != api:
+        raise ValueError(
+            f"{ENV_CARDS}={os.environ.get(ENV_CARDS)} simulates {hardware.upper()} cards (the "
+            f"{implied} API) but {ENV_API}={given}: leave {ENV_API} out, or name the other "
+            "hardware"
+        )
+    return api
 
 
 def _says_it() -> bool:

@@ -4,7 +4,7 @@ The sources are in ``csrc/``: ``gcu_sim.h`` is shared, ``gcu_sim.cpp`` is built 
 (torch_gcu 2.x) and ``gcu_sim_torch110.cpp`` for torch 1.10 (torch_gcu 1.x, the T20's stack).
 The build is cached by torch's extension machinery under ``TORCH_EXTENSIONS_DIR``; an
 exclusive file lock around it lets eight ranks start at once without corrupting it.
-Run ``python -m mmgcu.sim.build`` (or this file as a script) to pre-build it.
+Run this file as a script (``python mmgcu/sim/build.py``) to pre-build it.
 """
 
 import fcntl

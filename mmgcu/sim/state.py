@@ -7,6 +7,7 @@ ext = None  # the compiled extension (mmgcu/sim/csrc), set by install()
 api: Optional[str] = None  # 'gcu2' or 'gcu1'
 cards: int = 0  # cards visible to this process
 device_type: Optional[str] = None  # 'gcu' (torch_gcu 2.x) or 'xla' (torch_gcu 1.x)
+hardware: Optional[str] = None  # 'T20' (torch_gcu 1.x) or 'S60' (2.x)
 #: Vendor calls this process made, and the lazy graphs it ran (torch_gcu 1.x), so tests and
 #: the benchmark can see how mmgcu drives the simulated torch_gcu.
 counters: collections.Counter = collections.Counter()

@@ -39,9 +39,11 @@ def left_dirs(tmp_path):
 GCU1_GROUPS = "torch.distributed gloo + torch_gcu.distributed eccl"
 
 
-@pytest.mark.parametrize("api,group", [("gcu2", "cpu:gloo,gcu:eccl"), ("gcu1", GCU1_GROUPS)])
-def test_two_cards_pass(api, group, tmp_path):
-    proc = mmgcu("check", "--cards", "2", MMGCU_SIMULATE=8, MMGCU_SIMULATE_API=api, TMPDIR=tmp_path)
+@pytest.mark.parametrize(
+    "simulate,api,group", [("s60:8", "gcu2", "cpu:gloo,gcu:eccl"), ("t20", "gcu1", GCU1_GROUPS)]
+)
+def test_two_cards_pass(simulate, api, group, tmp_path):
+    proc = mmgcu("check", "--cards", "2", MMGCU_SIMULATE=simulate, TMPDIR=tmp_path)
     line = ok_line(proc)
     assert line.startswith(f"{PREFIX}OK: 2 ranks on 2 simulated GCU cards ({api}, {group}); ")
     assert "collectives and 3 DDP steps match one card" in line
@@ -61,9 +63,13 @@ def test_more_ranks_than_cards_fails_before_launching(tmp_path):
     assert left_dirs(tmp_path) == [] and time.time() - started < 30
 
 
-def test_no_cards_without_gcu():
+def test_no_cards_without_gcu_points_at_the_simulator(tmp_path):
     line = failure(mmgcu("check"))
-    assert "no GCU cards found" in line and "--cards N" in line
+    assert "no GCU card found" in line and "MMGCU_SIMULATE=t20 mmgcu check" in line
+    line = failure(mmgcu("check", "--cards", "2", TMPDIR=tmp_path))
+    assert "--cards 2, but this machine has no torch_gcu and no GCU card" in line
+    assert "MMGCU_SIMULATE=t20 mmgcu check --cards 2" in line
+    assert left_dirs(tmp_path) == []  # refused before any worker started
 
 
 def test_mmgcu_error_passes_through(tmp_path):

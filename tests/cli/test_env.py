@@ -26,7 +26,7 @@ def report(proc):
 def test_simulated_gcu2_eight_cards():
     info = report(mmgcu("env", MMGCU_SIMULATE=8))
     assert list(info)[0] == "torch_gcu simulator"  # first, so nobody mistakes it for a T20
-    assert info["torch_gcu simulator"].startswith("SIMULATED (gcu2 API, 8 cards)")
+    assert info["torch_gcu simulator"].startswith("SIMULATED (S60: gcu2 API, 8 cards)")
     assert info["torch_gcu"].startswith("SIMULATED torch_gcu") and "2.x" in info["torch_gcu"]
     assert info["torch"] == torch.__version__
     for name in ("mmengine", "mmcv"):
@@ -35,7 +35,7 @@ def test_simulated_gcu2_eight_cards():
     assert info["mmcv ops compiled"].startswith("yes")
     assert info["cards"] == "8"
     assert [k for k in info if k.startswith("GCU ")] == [f"GCU {i}" for i in range(8)]
-    assert info["GCU 3"] == "T20 (simulated, card 3)"
+    assert info["GCU 3"] == "S60 (simulated, card 3)"
     assert info["cards for launchers"].startswith("8 (MMGCU_SIMULATE=8")
     assert info["ECCL"] == "available"
     assert info["process groups"] == "cpu:gloo,gcu:eccl"
@@ -44,19 +44,20 @@ def test_simulated_gcu2_eight_cards():
     assert info["Python executable"] == sys.executable
 
 
-def test_simulated_gcu1_with_visible_devices_and_eccl_variables():
+def test_simulated_t20_with_visible_devices_and_eccl_variables():
+    """MMGCU_SIMULATE=t20 is a T20 server: 8 cards on torch_gcu 1.x, whatever the torch."""
     info = report(
         mmgcu(
             "env",
-            MMGCU_SIMULATE=8,
-            MMGCU_SIMULATE_API="gcu1",
+            MMGCU_SIMULATE="t20",
             TOPS_VISIBLE_DEVICES="0,1,2,3",
             ECCL_PROTO="LL",
             ECCL_SHM_DISABLE="1",
         )
     )
-    assert info["torch_gcu simulator"].startswith("SIMULATED (gcu1 API, 4 cards)")
+    assert info["torch_gcu simulator"].startswith("SIMULATED (T20: gcu1 API, 4 cards)")
     assert "1.x" in info["torch_gcu"]
+    assert info["GCU 0,1,2,3"] == "T20 (simulated)"
     assert info["cards"] == "4"
     assert info["cards for launchers"] == "4 (TOPS_VISIBLE_DEVICES=0,1,2,3)"
     assert info["TOPS_VISIBLE_DEVICES"] == "0,1,2,3"
@@ -72,7 +73,7 @@ def test_json_parses():
     assert data["cards"] == 8
     assert data["ECCL"] == "available"
     assert data["ECCL variables"] == {"ECCL_ALGO": "RING"}
-    assert data["torch_gcu simulator"].startswith("SIMULATED (gcu2 API, 8 cards)")
+    assert data["torch_gcu simulator"].startswith("SIMULATED (S60: gcu2 API, 8 cards)")
 
 
 def test_missing_eccl_is_reported():

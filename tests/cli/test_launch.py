@@ -139,13 +139,52 @@ def test_wrong_launch_is_refused(node, mode, args, env, message):
         node.plan(mode, *args, **env)
 
 
+@pytest.mark.parametrize("mode", ["train", "test"])
+def test_more_processes_than_cards_are_refused_by_the_launcher(node, mode):
+    with pytest.raises(launch.LaunchError) as refused:
+        node.plan(mode, "12")
+    message = str(refused.value)
+    assert message.startswith("12 processes, one per card, but this node has 8 card(s)")
+    assert f"run mmgcu {mode} CONFIG 8 (or fewer)" in message
+
+
+@pytest.mark.parametrize("simulate,cards", [("t20", 8), ("t20:4", 4), ("s60:2", 2), ("3", 3)])
+def test_simulated_hardware_counts_its_cards(node, monkeypatch, simulate, cards):
+    monkeypatch.setenv("MMGCU_SIMULATE", simulate)
+    command, _, summary = node.plan("train")
+    assert f"--nproc_per_node={cards}" in command
+    assert summary.startswith(f"{cards} process(es), one per card (MMGCU_SIMULATE={simulate}")
+
+
+def test_a_wrong_launch_stops_before_torchrun_in_one_line(tmp_path):
+    """12 ranks on 8 cards, and a stock mmseg config (no runner_type): each is one line
+    (after the simulator's notice), and torchrun never starts (it would print its own)."""
+    stock = tmp_path / "stock.py"
+    stock.write_text('_base_ = ["mmseg::_base_/default_runtime.py"]\n')
+    gcu = tmp_path / "gcu.py"
+    gcu.write_text(
+        '_base_ = ["mmseg::_base_/default_runtime.py"]\n'
+        "custom_imports = dict(imports=['mmgcu'])\nrunner_type = 'GCURunner'\n"
+    )
+    for args, expected in (
+        ((gcu, "12"), "mmgcu train: error: 12 processes, one per card, but this node has 8"),
+        ((stock,), f"mmgcu train: error: {stock} would run on mmengine's own Runner"),
+        ((stock, "--cfg-options", "runner_type=GCURunner"), "imports nothing"),
+    ):
+        proc = mmgcu("train", *args, MMGCU_SIMULATE="t20", timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        (line,) = [line for line in lines if not line.startswith("mmgcu: torch_gcu is SIMULATED")]
+        assert line.startswith("mmgcu train: error: ") and expected in line, line
+
+
 def test_missing_files_and_modules_are_refused(node, monkeypatch):
     with pytest.raises(launch.LaunchError, match="config not found: nope.py .*mmgcu configs"):
         launch.plan("train", "nope.py", [], {}, "mmgcu train")
     with pytest.raises(launch.LaunchError, match="checkpoint not found: nope.pth"):
         launch.plan("test", node.cfg, [], {}, "mmgcu test", "nope.pth")
     monkeypatch.setenv("MMGCU_SIMULATE", "0")
-    with pytest.raises(launch.LaunchError, match="found no GCU card on this node"):
+    with pytest.raises(launch.LaunchError, match="found no GCU card on this node.*=t20 mmgcu"):
         node.plan("train")
     real = launch.importlib.util.find_spec
     monkeypatch.setattr(

@@ -10,7 +10,15 @@ import sys
 
 import pytest
 
-from tests.e2e.conftest import LEG_API, REPO, clean_env, mmseg_tool, write_config
+from tests.e2e.conftest import (
+    LEG_API,
+    REPO,
+    clean_env,
+    finish,
+    mmseg_tool,
+    torchrun,
+    write_config,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.t20]
 
@@ -63,3 +71,19 @@ def test_stock_test_py_prints_miou_for_a_gcu_config(gcu_checkpoint, tmp_path):
     assert f"Load checkpoint from {checkpoint}" in out
     # mmengine's own Runner built GCULogProcessor, which says once what it does.
     assert out.count(UNBOUND) == 1, out[-4000:]
+
+
+def test_stock_test_py_under_torchrun_names_itself_and_mmgcu_test(gcu_checkpoint, tmp_path):
+    """Under a launcher, mmengine's Runner sets a CUDA device on the GCU host: the fix is
+    not the config (it sets runner_type) but the script, said once."""
+    cfg, checkpoint = gcu_checkpoint
+    tool = mmseg_tool("test.py")
+    code, out = finish(
+        torchrun([tool, cfg, checkpoint, "--launcher", "pytorch", "--work-dir", tmp_path], 2, 2)
+    )
+    assert code != 0
+    said = "test.py builds mmengine's own Runner whatever runner_type says"
+    assert out.count(said) == 1, out[-4000:]
+    assert "'mmgcu test CONFIG CHECKPOINT [CARDS] ...'" in out
+    assert "Add runner_type = 'GCURunner'" not in out
+    assert "mmgcu: rank 1 stops: rank 0 says why" in out

@@ -41,7 +41,9 @@ def test_curves_from_logged_scalars(tmp_path):
 
 
 @pytest.mark.e2e
-def test_demo_learns_on_8_cards(dataset, tmp_path):
+def test_demo_learns_on_8_simulated_t20_cards(dataset, tmp_path):
+    """make demo's command: the T20's generation (torch_gcu 1.x, xla:N), each warning of
+    mmseg once (rank 0's), not once per card."""
     cfg = tmp_path / "demo.py"
     cfg.write_text(
         f"_base_ = [{DEMO!r}]\ndata_root = {dataset!r}\n"
@@ -51,10 +53,12 @@ def test_demo_learns_on_8_cards(dataset, tmp_path):
     )
     work = tmp_path / "work"
     code, out = run_script(
-        "dist_train.sh", cfg, "--work-dir", work, cwd=tmp_path, timeout=900, MMGCU_SIMULATE=8
+        "dist_train.sh", cfg, "--work-dir", work, cwd=tmp_path, timeout=900, MMGCU_SIMULATE="t20"
     )
     assert code == 0, out[-5000:]
-    assert out.count("torch_gcu is SIMULATED") == 1 and "UserWarning: The draw is" not in out
+    assert out.count("torch_gcu is SIMULATED (T20: the torch_gcu 1.x API, xla:N") == 1
+    assert "rank 7 on " in out and "xla:7" in out, out[-5000:]
+    assert "UserWarning: The draw is" not in out
     proc = subprocess.run(
         [sys.executable, os.path.join(TOOLS, "plot_demo.py"), str(work)],
         env=script_env(),

@@ -52,7 +52,7 @@ def empty_cache() -> None:
 
 
 def mem_get_info(device=None):
-    total = 32 * 1024**3  # a T20 card has 32 GiB
+    total = 32 * 1024**3  # the card memory of a T20 (the simulator models 32 GiB for both)
     return total - memory_allocated(device), total
 
 
@@ -64,7 +64,7 @@ def memory_stats(device=None) -> dict:
 
 
 def get_device_name(device=None) -> str:
-    return f"T20 (simulated, card {_card(device)})"
+    return f"{state.hardware} (simulated, card {_card(device)})"
 
 
 def manual_seed(seed: int) -> None:

@@ -1,0 +1,83 @@
+"""The README's walkthrough, "Your own mmseg model on a T20", as a new user runs it.
+
+An mmseg config on mmseg's own ``default_runtime.py`` with mmgcu's two keys is rehearsed on
+8 simulated T20 cards with the README's own command lines (run by bash, ``mmgcu`` from this
+environment's PATH), then tested; the same config without the keys is refused before any
+process starts. Each command line run here must be in both READMEs, word for word.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, clean_env
+
+TINY = os.path.join(REPO, "configs", "tiny", "_base_", "fcn_r18-tiny_synthetic-64x64.py")
+KEYS = """custom_imports = dict(imports=["mmgcu"], allow_failed_imports=False)
+runner_type = "GCURunner"
+"""
+REHEARSE = (
+    "MMGCU_SIMULATE=t20 mmgcu train my_config.py --cfg-options train_cfg.max_iters=4 "
+    "train_cfg.val_interval=4 default_hooks.checkpoint.interval=4"
+)
+TEST = "MMGCU_SIMULATE=t20 mmgcu test my_config.py work_dirs/my_config/iter_4.pth"
+
+
+def user_config(folder, dataset, keys=KEYS) -> None:
+    """``my_config.py``: a model and data of the user's on mmseg's own runtime."""
+    (folder / "my_config.py").write_text(
+        f'_base_ = ["mmseg::_base_/default_runtime.py", {TINY!r}]\n'
+        f"{keys}"
+        f"data_root = {dataset!r}\n"
+        "train_dataloader = dict(dataset=dict(data_root=data_root))\n"
+        "val_dataloader = dict(dataset=dict(data_root=data_root))\n"
+        "test_dataloader = val_dataloader\n"
+    )
+
+
+def shell(line, cwd, timeout=600):
+    """``line`` as a user types it, with this environment's ``mmgcu`` first on PATH."""
+    env = clean_env(OMP_NUM_THREADS=1)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    proc = subprocess.run(
+        ["bash", "-c", line], cwd=str(cwd), env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("readme", ["README.md", "README_zh-CN.md"])
+def test_the_readmes_show_these_commands(readme):
+    with open(os.path.join(REPO, readme), encoding="utf-8") as f:
+        text = f.read()
+    for line in (REHEARSE, TEST, *KEYS.splitlines()):
+        assert line in text, f"{readme} lacks: {line}"
+
+
+@pytest.mark.e2e
+def test_rehearse_then_test_on_simulated_t20_cards(dataset, tmp_path):
+    user_config(tmp_path, dataset)
+    code, out = shell(REHEARSE, tmp_path)
+    assert code == 0, out[-5000:]
+    assert "torch_gcu is SIMULATED (T20: the torch_gcu 1.x API, xla:N; 8 cards" in out
+    assert "rank 7 on " in out and "xla:7 (card 7 of 8)" in out, out[-5000:]
+    assert (tmp_path / "work_dirs" / "my_config" / "iter_4.pth").exists()
+
+    code, out = shell(TEST, tmp_path)
+    assert code == 0, out[-5000:]
+    assert re.search(r"mIoU: [0-9.]+", out), out[-5000:]
+    assert "rank 7 on " in out, out[-5000:]
+
+
+def test_a_config_without_the_keys_stops_before_any_process(dataset, tmp_path):
+    user_config(tmp_path, dataset, keys="")
+    code, out = shell(REHEARSE, tmp_path, timeout=60)
+    assert code == 1, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    (line,) = [line for line in lines if not line.startswith("mmgcu: torch_gcu is SIMULATED")]
+    assert line.startswith("mmgcu train: error: my_config.py would run on mmengine's own Runner")
+    assert "it sets no runner_type and no custom_imports" in line
+    assert "custom_imports = dict(imports=['mmgcu'], allow_failed_imports=False)" in line
+    assert "'mmgcu configs _base_/gcu_runtime.py'" in line
