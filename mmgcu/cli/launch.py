@@ -41,7 +41,8 @@ EPILOG = """environment:
                                         its NODE_RANK; MASTER_ADDR is node 0's address
   TRAIN_SCRIPT, TEST_SCRIPT             the script to run instead of mmseg's train.py /
                                         mmgcu's test entry
-  MMGCU_SIMULATE=8                      rehearse on 8 simulated cards (no GCU needed)"""
+  MMGCU_SIMULATE=t20                    rehearse on 8 simulated T20 cards (no GCU needed;
+                                        t20:4 for 4, s60:8 for torch_gcu 2.x)"""
 
 
 class LaunchError(Exception):
