@@ -18,6 +18,7 @@ from .counterparts import replaces
 
 _WHY = "its fp16 autocasts on get_device(), the CPU of a GCU host"
 _DOES = "its fp16 autocasts on the card"
+_UNSET = object()
 
 
 class CardAutocast(CardBound):
@@ -26,13 +27,15 @@ class CardAutocast(CardBound):
     off_card = "acts as mmengine's loop (fp16 autocasts on get_device())"
 
     def __init__(self, *args, fp16: bool = False, **kwargs):
+        self._card = _UNSET
         super().__init__(*args, fp16=fp16, **kwargs)
         self.step = None
 
     @property
     def fp16(self) -> bool:
         """Whether the stock ``run_iter`` autocasts (on ``get_device()``): off a card only."""
-        return self.card_fp16 and self.card_accelerator() is None
+        card = self.card_accelerator() if self._card is _UNSET else self._card
+        return self.card_fp16 and card is None
 
     @fp16.setter
     def fp16(self, value: bool) -> None:
@@ -40,11 +43,17 @@ class CardAutocast(CardBound):
 
     def run(self):
         self.step = None
-        return super().run()
+        # The card, looked up once per run (it may have been bound since the last one),
+        # not once per iteration.
+        self._card = self.card_accelerator()
+        try:
+            return super().run()
+        finally:
+            self._card = _UNSET
 
     def run_iter(self, idx, data_batch) -> None:
         self.step = idx  # the batch running now, which the watchdog's thread reads
-        accelerator = self.card_accelerator()
+        accelerator = self.card_accelerator() if self._card is _UNSET else self._card
         with contextlib.ExitStack() as stack:
             if self.card_fp16 and accelerator is not None:
                 stack.enter_context(accelerator.autocast(torch.float16))

@@ -117,6 +117,41 @@ def test_half_precision_keeps_its_dtype_and_is_close_to_float32(kind):
     assert out["mixed"] is not None
 
 
+# ---------------------------------------------------------------------------- conformance
+# What a strided card (torch_gcu 2.x, PrivateUse1) refuses where an XLA card does not: a view
+# its strides cannot express, and torch's composite group norm on a channels-last tensor
+# (math_group_norm views its input; no native_group_norm kernel for the device).
+STRIDED_REFUSALS = {"view_of_transposed", "group_norm"}
+VIEW_REFUSED = "view size is not compatible with input tensor's size and stride"
+
+
+@pytest.mark.parametrize("kind", DEVICE_TYPES)
+def test_op_classes_on_non_contiguous_and_half_card_tensors(kind):
+    """Norms, matrix products, convolution, pooling, indexing, reductions, views, in-place
+    and out= on transposed and permuted card tensors, in float32, float16 and bfloat16,
+    forward and backward, against the CPU in float32. An XLA card (torch_gcu 1.x) has no
+    strides to refuse ("view size is not compatible ..." in layer_norm on a transposed patch
+    embedding was the simulator's, not the T20's); torch 1.10's CPU lacks half kernels a card
+    has (batch norm under autocast)."""
+    out = native_json("native_conformance", kind=kind, cards=2)
+    for dtype in ("float32", "float16", "bfloat16"):
+        for case, (ok, got_dtype, error) in out[dtype].items():
+            if kind == "gcu" and case in STRIDED_REFUSALS:
+                assert not ok and VIEW_REFUSED in error, (dtype, case, error)
+                continue
+            assert ok and error is None, (dtype, case, got_dtype, error)
+            assert got_dtype == f"torch.{dtype}", (dtype, case, got_dtype)
+    # A half input with float32 weight and statistics, as under autocast: the output and its
+    # gradient keep the input's half type, the statistics and the weight's gradient float32.
+    assert out["batch_norm_mixed"] == [
+        "torch.float16",
+        "torch.float32",
+        "torch.float16",
+        "torch.float32",
+        True,
+    ]
+
+
 # ---------------------------------------------------------------------------- host reads
 
 

@@ -102,8 +102,12 @@ static at::Tensor _reshape_alias(const at::Tensor& self, c10::SymIntArrayRef siz
                                     C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// torch_gcu 2.x's cards (PrivateUse1) are strided, as CUDA's: a view its strides cannot
+// express is refused. torch_gcu 1.x's are XLA devices (see xla_view in gcu_sim.h).
+template <c10::DeviceType T>
 static at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
-  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+  const auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  return T == c10::DeviceType::XLA ? xla_view(self, sizes) : at::native::view(self, sizes);
 }
 
 static at::Tensor& set_source_Storage_storage_offset_(at::Tensor& self, at::Storage storage,
@@ -169,7 +173,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overr
     m.impl("as_strided", as_strided);                                                    \
     m.impl("resize_", resize_);                                                          \
     m.impl("_reshape_alias", _reshape_alias);                                            \
-    m.impl("view", view);                                                                \
+    m.impl("view", view<c10::DeviceType::TYPE>);                                         \
     m.impl("_copy_from", copy_from);                                                     \
     m.impl("_copy_from_and_resize", copy_from_and_resize);                               \
     m.impl("_local_scalar_dense", local_scalar_dense);                                   \

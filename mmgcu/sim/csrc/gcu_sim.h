@@ -26,6 +26,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/InferSize.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -332,6 +334,22 @@ static c10::optional<c10::Device> check_same_device(const c10::OperatorHandle& o
   return card;
 }
 
+// ---------------------------------------------------------------------------- XLA views
+// torch_gcu 1.x's cards are XLA devices, whose tensors have no storage strides an op could
+// refuse: torch_xla's view is a reshape of the lazy value that aliases its base, so a view
+// of a transposed or permuted tensor succeeds there, where a strided device refuses it ("view
+// size is not compatible with input tensor's size and stride", e.g. in torch 1.10's
+// math_native_layer_norm on a patch embedding's transposed output). On a simulated XLA card
+// such a view is taken of a contiguous copy. Limit: an in-place write through that view
+// does not reach its base (on XLA it does); a view its strides can express is a true alias.
+static at::Tensor xla_view(const at::Tensor& self, at::IntArrayRef size) {
+  const auto shape = at::infer_size(size, self.numel());
+  if (at::detail::computeStride(self.sizes(), self.strides(), at::IntArrayRef(shape))) {
+    return at::native::view(self, size);
+  }
+  return at::native::view(self.contiguous(), size);
+}
+
 // ---------------------------------------------------------------------------- half as float32
 // PyTorch's CPU kernels for float16/bfloat16 convolution and matrix products are many times
 // slower than float32 (and torch 1.10's CPU has none for some), so a rehearsal with --amp would
@@ -429,12 +447,45 @@ static bool no_half_kernel(const c10::Error& e) {
          what.find("not implemented for 'BFloat16'") != std::string::npos;
 }
 
+// Ops a card runs with half inputs and float32 parameters, as torch's CUDA kernels do (batch
+// norm keeps its weights and statistics in float32 under autocast), and torch 1.10's CPU
+// refuses ('"batch_norm" not implemented for 'Half''). Other mixed calls are refused as
+// PyTorch refuses them.
+static bool mixes_half_and_float32(const c10::FunctionSchema& schema) {
+  const auto& name = schema.name();
+  return name == "aten::native_batch_norm" || name == "aten::native_batch_norm_backward" ||
+         name.rfind("aten::_native_batch_norm_legit", 0) == 0;
+}
+
+// Whether any floating tensor argument has a half type.
+static bool any_half_argument(const std::vector<c10::IValue>& given) {
+  for (const auto& g : given) {
+    if (!g.isTensor() || !g.toTensor().defined()) continue;
+    const auto type = g.toTensor().scalar_type();
+    if (type == at::kHalf || type == at::kBFloat16) return true;
+  }
+  return false;
+}
+
+// The dtype of the first floating tensor argument shaped like `t`, if any.
+static c10::optional<at::ScalarType> dtype_of_same_shape(const at::Tensor& t,
+                                                         const std::vector<c10::IValue>& given) {
+  for (const auto& g : given) {
+    if (!g.isTensor()) continue;
+    const auto& a = g.toTensor();
+    if (a.defined() && a.is_floating_point() && a.sizes() == t.sizes()) return a.scalar_type();
+  }
+  return c10::nullopt;
+}
+
 // Such an op, run again on float32 copies of its arguments (`given`, as the caller passed
 // them). In-place and out= results are rounded into the card tensors they name; other
-// floating results are rounded to `half` on the card.
+// floating results are rounded to `half` on the card, or, where the arguments mix a half type
+// with float32 (`half` empty: batch norm's float32 weights and statistics), to the dtype of
+// the first argument of the same shape (the output like the input, the statistics float32).
 static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                            const std::vector<c10::IValue>& given, c10::Device card,
-                           at::ScalarType half) {
+                           c10::optional<at::ScalarType> half) {
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
   // The copies outlive the call: an out= kernel returns references to its arguments, which
@@ -474,7 +525,9 @@ static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* sta
       write_back(given[*target].toTensor(), v.toTensor(), card);
       v = given[*target];
     } else {
-      v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, card, half); });
+      v = map_tensors(v, [&](const at::Tensor& t) {
+        return onto_card(t, card, half ? half : dtype_of_same_shape(t, given));
+      });
     }
   }
 }
@@ -514,9 +567,10 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   } catch (const c10::Error& e) {
     const auto shared = half_arguments(given);
-    if (!no_half_kernel(e) || !shared) throw;
+    const bool mixed = !shared && mixes_half_and_float32(schema) && any_half_argument(given);
+    if (!no_half_kernel(e) || !(shared || mixed)) throw;
     if (stack->size() > first) stack->erase(stack->begin() + first, stack->end());
-    run_in_float32(op, stack, given, *card, *shared);
+    run_in_float32(op, stack, given, *card, shared);
     return;
   }
   for (const auto& out : outs) write_back(given[out.first].toTensor(), out.second, *card);

@@ -63,7 +63,7 @@ static at::Tensor _reshape_alias(const at::Tensor& self, at::IntArrayRef size,
 }
 
 static at::Tensor view(const at::Tensor& self, at::IntArrayRef size) {
-  return at::native::view(self, size);
+  return xla_view(self, size);  // the cards are XLA devices (see gcu_sim.h)
 }
 
 static at::Tensor& set_source_Storage_storage_offset_(at::Tensor& self, at::Storage storage,
