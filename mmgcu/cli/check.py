@@ -75,7 +75,10 @@ def ranks_to_launch(cards: Optional[int]) -> int:
     any number of ranks where no torch_gcu could give them a card."""
     from ..device import count_cards
 
-    count, source = count_cards()
+    try:
+        count, source = count_cards()
+    except ValueError as e:  # an MMGCU_SIMULATE that names no hardware
+        raise CheckError(str(e)) from None
     if cards is None:
         if count < 1:
             raise CheckError(f"no GCU card found ({source}). {NO_CARD_FIX}.")

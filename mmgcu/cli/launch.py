@@ -147,7 +147,10 @@ def resolve_cards(cards: Optional[int], prog: str) -> Tuple[int, str]:
     More processes than counted cards is refused here: every rank would start, import
     torch and mmseg, and then refuse the same launch (tens of seconds, once per rank).
     """
-    count, source = _cards.count_cards()
+    try:
+        count, source = _cards.count_cards()
+    except ValueError as e:  # an MMGCU_SIMULATE that names no hardware
+        raise LaunchError(str(e)) from None
     if cards is not None:
         if cards < 1:
             raise LaunchError(f"CARDS must be at least 1, got {cards}")

@@ -156,6 +156,12 @@ def test_simulated_hardware_counts_its_cards(node, monkeypatch, simulate, cards)
     assert summary.startswith(f"{cards} process(es), one per card (MMGCU_SIMULATE={simulate}")
 
 
+def test_unknown_simulated_hardware_is_refused(node, monkeypatch):
+    monkeypatch.setenv("MMGCU_SIMULATE", "t21")
+    with pytest.raises(launch.LaunchError, match="MMGCU_SIMULATE='t21': give a card count"):
+        node.plan("train")
+
+
 def test_a_wrong_launch_stops_before_torchrun_in_one_line(tmp_path):
     """12 ranks on 8 cards, and a stock mmseg config (no runner_type): each is one line
     (after the simulator's notice), and torchrun never starts (it would print its own)."""

@@ -218,3 +218,34 @@ def test_main_says_why_there_is_no_card(monkeypatch, capsys):
     monkeypatch.setattr(cards.sys, "argv", ["cards.py", "--why"])
     cards.main()
     assert capsys.readouterr().out == "TOPS_VISIBLE_DEVICES is set but empty (no card is visible)\n"
+
+
+@pytest.mark.parametrize(
+    "value, parsed",
+    [
+        ("8", (None, 8)),
+        ("t20", ("t20", 8)),
+        ("T20", ("t20", 8)),
+        ("t20:4", ("t20", 4)),
+        ("s60:2", ("s60", 2)),
+        ("s60", ("s60", 8)),
+        ("0", (None, 0)),
+    ],
+)
+def test_simulate_names_a_count_or_the_hardware_and_its_cards(value, parsed):
+    assert cards.parse_simulate(value) == parsed
+
+
+@pytest.mark.parametrize("value", ["t21", "t20:", "x:4", "eight", "t20:4:1"])
+def test_simulate_of_unknown_hardware_is_refused_with_the_forms(value):
+    with pytest.raises(ValueError, match="give a card count .*t20, s60 .*t20:4"):
+        cards.parse_simulate(value)
+
+
+def test_simulated_hardware_counts_as_its_cards(monkeypatch, no_efsmi):
+    monkeypatch.delenv("TOPS_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("ENFLAME_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("MMGCU_SIMULATE", "t20")
+    assert cards.count_cards() == (8, "MMGCU_SIMULATE=t20 (simulated cards)")
+    monkeypatch.setenv("TOPS_VISIBLE_DEVICES", "0,1")
+    assert cards.count_cards()[0] == 2

@@ -43,6 +43,11 @@ def test_explicit_arguments_without_environment():
     [
         ({"MMGCU_SIMULATE": 8, "MMGCU_SIMULATE_API": "bogus"}, "MMGCU_SIMULATE_API='bogus'"),
         ({"MMGCU_SIMULATE": 0, "MMGCU_SIMULATE_API": "gcu2"}, "at least one card"),
+        (
+            {"MMGCU_SIMULATE": "t20", "MMGCU_SIMULATE_API": "gcu2"},
+            "MMGCU_SIMULATE=t20 simulates T20 cards (the gcu1 API) but MMGCU_SIMULATE_API=gcu2",
+        ),
+        ({"MMGCU_SIMULATE": "t99"}, "MMGCU_SIMULATE='t99': give a card count"),
     ],
 )
 def test_bad_requests_raise_value_error(env, message):
