@@ -11,13 +11,18 @@ hook untouched:
   cards are GCUs ("_cuda_setDevice" or "Found no NVIDIA driver"): either the config leaves
   ``runner_type`` out (mmgcu names the key), or it sets it and the script ignores it, as
   mmseg 1.2.2's ``tools/test.py`` does (mmgcu names the script and ``mmgcu test``). Rank 0
-  says it; the other ranks say only that they stop.
+  says it; the other ranks say only that they stop;
+- model code that gives a card tensor to a ``torch.distributed`` collective on torch_gcu 1.x
+  ("ProcessGroupGloo::allreduce: unsupported device type xla", mmdet's ``reduce_mean`` in
+  Mask2Former's loss): there torch.distributed has only its CPU group, and card tensors
+  travel only through torch_gcu.distributed. mmgcu names the caller and the fix.
 
 ``MMGCU_TRACEBACK=1`` keeps the full traceback in both cases.
 """
 
 import importlib.util
 import os
+import re
 import sys
 import time
 import traceback
@@ -63,6 +68,36 @@ def _config_runner_type(tb) -> Optional[str]:
     return None
 
 
+#: gloo refusing a torch_gcu 1.x card tensor: the collective and the device type.
+_GLOO_REFUSES_CARD = re.compile(r"ProcessGroupGloo::(\w+): unsupported device type (xla)")
+
+
+def _caller(tb) -> str:
+    """``file:line (function)`` of the innermost frame outside torch and mmengine.dist:
+    the model code that called the collective."""
+    found = "the model's code"
+    for frame in traceback.extract_tb(tb):
+        path = frame.filename.replace(os.sep, "/")
+        if "/torch/" not in path and "/mmengine/dist/" not in path:
+            found = f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return found
+
+
+def card_tensor_in_cpu_collective(exc, tb) -> Optional[str]:
+    """What to say when model code gave a card tensor to torch.distributed on 1.x."""
+    found = _GLOO_REFUSES_CARD.search(str(exc))
+    if found is None or "torch_gcu" not in sys.modules:
+        return None
+    return (
+        f"{_caller(tb)} calls torch.distributed's {found.group(1)} on a card tensor "
+        f"({found.group(2)}). On torch_gcu 1.x torch.distributed has only its CPU group "
+        "(gloo), and card tensors travel only through torch_gcu.distributed's ECCL group, "
+        "which a torch.distributed call cannot reach. Move the tensor to the CPU and back "
+        "around that call in the model's code (one host read per call on the lazy card), or "
+        "train this model on torch_gcu 2.x, whose torch.distributed group carries card tensors."
+    )
+
+
 def _explain(exc_type, exc, tb):
     """The message mmgcu prints instead of the traceback, or None to leave it alone."""
     if os.environ.get("MMGCU_TRACEBACK"):
@@ -75,6 +110,12 @@ def _explain(exc_type, exc, tb):
             return f"mmgcu: rank {rank} stops: rank 0 says why\n"
         runner_type = _config_runner_type(tb)
         why = script_ignores_runner_type(runner_type) if runner_type else RUNNER_TYPE_MISSING
+        return f"\n{exc_type.__name__}: {exc}\nmmgcu: {why}\n"
+    why = card_tensor_in_cpu_collective(exc, tb)
+    if why:
+        rank = launcher_rank()
+        if rank != 0:
+            return f"mmgcu: rank {rank} stops: rank 0 says why\n"
         return f"\n{exc_type.__name__}: {exc}\nmmgcu: {why}\n"
     return None
 

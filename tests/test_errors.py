@@ -126,6 +126,32 @@ def test_only_rank_0_explains_a_stock_runner(previous, gcu_host, monkeypatch, ca
     assert capsys.readouterr().err == "mmgcu: rank 3 stops: rank 0 says why\n"
 
 
+def reduce_mean(tensor):  # as mmdet's, which Mask2Former's loss calls
+    raise RuntimeError("ProcessGroupGloo::allreduce: unsupported device type xla")
+
+
+def test_a_card_tensor_in_a_torch_distributed_collective_names_the_caller(
+    previous, gcu_host, monkeypatch, capsys
+):
+    """torch_gcu 1.x: torch.distributed has only gloo, which refuses card tensors."""
+    monkeypatch.setenv("RANK", "0")
+    sys.excepthook(*raised(lambda: reduce_mean(None)))
+
+    err = capsys.readouterr().err
+    assert "test_errors.py:" in err and "(reduce_mean) calls torch.distributed's allreduce" in err
+    assert "on a card tensor (xla)" in err and "torch_gcu 2.x" in err
+    previous.assert_not_called()
+    monkeypatch.setenv("RANK", "1")
+    sys.excepthook(*raised(lambda: reduce_mean(None)))
+    assert capsys.readouterr().err == "mmgcu: rank 1 stops: rank 0 says why\n"
+
+
+def test_the_same_collective_error_off_a_gcu_host_is_left_alone(previous, cuda_host):
+    info = raised(lambda: reduce_mean(None))
+    sys.excepthook(*info)
+    previous.assert_called_once_with(*info)
+
+
 def test_the_same_error_on_a_host_without_torch_gcu_is_cudas_own(previous, cuda_host, capsys):
     info = raised(_init_dist_pytorch)
     sys.excepthook(*info)

@@ -56,3 +56,14 @@ def test_a_lost_peer_in_the_ddp_backward_reaches_the_caller():
     kind, message = outs[0]["error"]
     assert kind == "RuntimeError", (kind, message)
     assert lost_peer(RuntimeError(message)), message  # what GCURunner recognises and names
+
+
+def test_gloo_refuses_a_card_tensor_on_both_torch_generations():
+    """torch_gcu 1.x's torch.distributed has only gloo, which refuses a card tensor
+    (torch 1.10: "ProcessGroupGloo::allreduce: unsupported device type xla"). torch 2
+    dispatches c10d ops by device, so the simulator refuses them itself instead of running
+    gloo's CPU kernel on the card's memory (a rehearsal of Mask2Former passed there)."""
+    outs = run_ranks("gloo_card_tensor", MMGCU_SIMULATE=2, MMGCU_SIMULATE_API="gcu1")
+    for rank, out in enumerate(outs):
+        assert out["card"] == "ProcessGroupGloo::allreduce: unsupported device type xla", out
+        assert out["cpu"] == [2.0] and out["rank"] == rank

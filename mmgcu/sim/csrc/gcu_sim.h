@@ -532,11 +532,26 @@ static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
 }
 
+// torch_gcu 1.x's torch.distributed has only gloo, which refuses a card tensor: torch 1.10
+// says "ProcessGroupGloo::allreduce: unsupported device type xla" (mmdet's reduce_mean in
+// Mask2Former's loss). torch 2 dispatches its c10d ops by the tensors' device, so an XLA
+// card tensor would reach this fallback, and gloo's CPU kernel would run on the card's host
+// memory where a T20 fails; refused here with torch 1.10's words. (The simulated ECCL hands
+// gloo host aliases, CPU tensors, and never comes here.)
+static void refuse_collective_on_xla(const c10::FunctionSchema& schema, c10::Device card) {
+  const auto& name = schema.name();
+  if (card.type() != c10::DeviceType::XLA || name.rfind("c10d::", 0) != 0) return;
+  auto collective = name.substr(6);
+  if (!collective.empty() && collective.back() == '_') collective.pop_back();
+  TORCH_CHECK(false, "ProcessGroupGloo::", collective, ": unsupported device type xla");
+}
+
 // Every op without a card kernel: check devices, then run the CPU kernel on the cards' host
 // memory itself (no copy), so in-place updates land on the card as they would on hardware.
 static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto card = check_same_device(op, stack);
   TORCH_CHECK(card.has_value(), op.schema().name(), ": no simulated card among the arguments");
+  refuse_collective_on_xla(op.schema(), *card);
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
