@@ -105,19 +105,16 @@ def _explain(exc_type, exc, tb):
     if issubclass(exc_type, GCUError):
         return f"\nmmgcu: {exc}\n"
     if _failed_in_stock_init_dist(exc_type, exc, tb):
-        rank = launcher_rank()
-        if rank != 0:
-            return f"mmgcu: rank {rank} stops: rank 0 says why\n"
         runner_type = _config_runner_type(tb)
         why = script_ignores_runner_type(runner_type) if runner_type else RUNNER_TYPE_MISSING
-        return f"\n{exc_type.__name__}: {exc}\nmmgcu: {why}\n"
-    why = card_tensor_in_cpu_collective(exc, tb)
-    if why:
-        rank = launcher_rank()
-        if rank != 0:
-            return f"mmgcu: rank {rank} stops: rank 0 says why\n"
-        return f"\n{exc_type.__name__}: {exc}\nmmgcu: {why}\n"
-    return None
+    else:
+        why = card_tensor_in_cpu_collective(exc, tb)
+    if why is None:
+        return None
+    rank = launcher_rank()  # every rank fails the same way: rank 0 says why
+    if rank != 0:
+        return f"mmgcu: rank {rank} stops: rank 0 says why\n"
+    return f"\n{exc_type.__name__}: {exc}\nmmgcu: {why}\n"
 
 
 def install(previous=None) -> None:

@@ -27,8 +27,6 @@ RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "LOCAL_RANK")
 #: The torch_gcu generations the simulator models, and the other names users type for them.
 APIS = ("gcu2", "gcu1")
 API_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
-#: The hardware each generation is simulated as, when MMGCU_SIMULATE names none.
-HARDWARE_OF = {"gcu1": "T20", "gcu2": "S60"}
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +75,7 @@ def install(cards=None, api=None):
     """Install the simulated ``torch_gcu`` in this process (once) and return it."""
     if is_installed():
         return sys.modules["torch_gcu"]
-    from ..device.cards import parse_simulate  # reads only os.environ
+    from ..device.cards import HARDWARE, parse_simulate  # reads only os.environ
 
     hardware, count = parse_simulate(os.environ.get(ENV_CARDS) or "0")
     cards = int(cards if cards is not None else count)
@@ -92,7 +90,8 @@ def install(cards=None, api=None):
     state.ext.install(max(state.cards, 1))  # no visible card: the host has cards, none shown
     state.device_type = "gcu" if api == "gcu2" else "xla"
     state.api = api
-    state.hardware = HARDWARE_OF[api]
+    # The hardware that runs this generation (T20 or S60), also when MMGCU_SIMULATE names none.
+    state.hardware = next(name.upper() for name, (gen, _) in HARDWARE.items() if gen == api)
     atexit.register(_release_autograd_threads)
     module = _install_gcu2() if api == "gcu2" else _install_gcu1()
     if _says_it():

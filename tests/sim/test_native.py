@@ -130,9 +130,10 @@ def test_op_classes_on_non_contiguous_and_half_card_tensors(kind):
     """Norms, matrix products, convolution, pooling, indexing, reductions, views, in-place
     and out= on transposed and permuted card tensors, in float32, float16 and bfloat16,
     forward and backward, against the CPU in float32. An XLA card (torch_gcu 1.x) has no
-    strides to refuse ("view size is not compatible ..." in layer_norm on a transposed patch
-    embedding was the simulator's, not the T20's); torch 1.10's CPU lacks half kernels a card
-    has (batch norm under autocast)."""
+    strides to refuse (torch_xla/csrc/tensor_impl.cpp: every XLA tensor is contiguous, its
+    strides computed from its shape), so "view size is not compatible ..." in layer_norm on a
+    transposed patch embedding was the simulator's, not the T20's; torch 1.10's CPU lacks half
+    kernels a card has (batch norm under autocast, as on CUDA)."""
     out = native_json("native_conformance", kind=kind, cards=2)
     for dtype in ("float32", "float16", "bfloat16"):
         for case, (ok, got_dtype, error) in out[dtype].items():

@@ -336,7 +336,9 @@ static c10::optional<c10::Device> check_same_device(const c10::OperatorHandle& o
 
 // ---------------------------------------------------------------------------- XLA views
 // torch_gcu 1.x's cards are XLA devices, whose tensors have no storage strides an op could
-// refuse: torch_xla's view is a reshape of the lazy value that aliases its base, so a view
+// refuse (torch_xla/csrc/tensor_impl.cpp: XLATensorImpl::is_contiguous_custom is true, the
+// strides are computed from the shape): torch_xla's view is a reshape of the lazy value that
+// aliases its base, so a view
 // of a transposed or permuted tensor succeeds there, where a strided device refuses it ("view
 // size is not compatible with input tensor's size and stride", e.g. in torch 1.10's
 // math_native_layer_norm on a patch embedding's transposed output). On a simulated XLA card
@@ -359,13 +361,17 @@ static at::Tensor xla_view(const at::Tensor& self, at::IntArrayRef size) {
 // float32 master weights, the grad scaler); it proves nothing about half-precision numerics,
 // which here are float32's rounded once.
 
+static bool is_half_type(at::ScalarType type) {
+  return type == at::kHalf || type == at::kBFloat16;
+}
+
 // The half type that every floating tensor among `ts` has, if they all have the same one.
 static c10::optional<at::ScalarType> shared_half_type(const std::vector<at::Tensor>& ts) {
   c10::optional<at::ScalarType> half;
   for (const auto& t : ts) {
     if (!t.defined() || !t.is_floating_point()) continue;
     const auto type = t.scalar_type();
-    if (type != at::kHalf && type != at::kBFloat16) return c10::nullopt;
+    if (!is_half_type(type)) return c10::nullopt;
     if (half && *half != type) return c10::nullopt;
     half = type;
   }
@@ -449,8 +455,9 @@ static bool no_half_kernel(const c10::Error& e) {
 
 // Ops a card runs with half inputs and float32 parameters, as torch's CUDA kernels do (batch
 // norm keeps its weights and statistics in float32 under autocast), and torch 1.10's CPU
-// refuses ('"batch_norm" not implemented for 'Half''). Other mixed calls are refused as
-// PyTorch refuses them.
+// refuses ('"batch_norm" not implemented for 'Half''). The torch_gcu 1.x source lists no
+// device kernels; this is CUDA's behaviour, taken as the card's. Other mixed calls are
+// refused as PyTorch refuses them.
 static bool mixes_half_and_float32(const c10::FunctionSchema& schema) {
   const auto& name = schema.name();
   return name == "aten::native_batch_norm" || name == "aten::native_batch_norm_backward" ||
@@ -461,8 +468,7 @@ static bool mixes_half_and_float32(const c10::FunctionSchema& schema) {
 static bool any_half_argument(const std::vector<c10::IValue>& given) {
   for (const auto& g : given) {
     if (!g.isTensor() || !g.toTensor().defined()) continue;
-    const auto type = g.toTensor().scalar_type();
-    if (type == at::kHalf || type == at::kBFloat16) return true;
+    if (is_half_type(g.toTensor().scalar_type())) return true;
   }
   return false;
 }
