@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.mmgcu-installed
 
-.PHONY: install install-t20 test test-t20 demo demo-t20 bench lint clean-venv
+.PHONY: install install-t20 test test-t20 demo demo-t20 bench zoo lint clean-venv
 
 install: $(STAMP)
 
@@ -77,6 +77,14 @@ BENCH_ARGS ?=
 bench: install
 	$(PY) tools/benchmarks/bench.py --out bench_results/bench.json $(BENCH_ARGS)
 
+# mmseg's model zoo, one stock config per family, rehearsed (mmgcu rehearse) on 2 simulated
+# cards of each leg: S60 cards (torch_gcu 2.x) on torch 2.13, T20 cards (torch_gcu 1.x) on
+# the T20 stack; then the table of both in docs/zoo.md. About an hour on 2 cores.
+zoo: install install-t20
+	$(PY) tools/zoo.py run --leg main --out zoo_results/main.json
+	$(T20_PY) tools/zoo.py run --leg t20 --out zoo_results/t20.json
+	$(PY) tools/zoo.py table zoo_results/main.json zoo_results/t20.json --out docs/zoo.md
+
 # ruff, and the T20 stack's Python: everything outside the v2 backend must parse on 3.8.
 lint: install
 	$(VENV)/bin/ruff check .
@@ -96,7 +104,7 @@ T20_STAMP := $(T20_VENV)/.mmgcu-installed
 
 install-t20: $(T20_STAMP)
 
-$(T20_STAMP): setup.py requirements/runtime.txt requirements/optional.txt requirements/tests.txt requirements/build.txt requirements/t20-vendor.txt tools/install_t20.sh
+$(T20_STAMP): setup.py requirements/runtime.txt requirements/optional.txt requirements/tests.txt requirements/build.txt requirements/t20-vendor.txt requirements/t20-models.txt tools/install_t20.sh
 	@test -n "$(PYTHON38)" && $(PYTHON38) -c 'import sys; assert sys.version_info[:2] == (3, 8)' || \
 		{ echo "install-t20: no Python 3.8 found; run make install-t20 PYTHON38=/path/to/python3.8" >&2; exit 1; }
 	test -x $(T20_PY) || $(PYTHON38) -m venv $(T20_VENV)

@@ -7,7 +7,8 @@
 # It creates no environment: it installs into the one whose python it is given, which must
 # already import torch. Every pip call is constrained to the torch (and numpy) found there,
 # so nothing below can upgrade or reinstall them; a requirement that would need another
-# torch fails instead of silently replacing the vendor's build.
+# torch fails instead of silently replacing the vendor's build. Besides mmcv, mmengine and
+# mmseg it installs mmpretrain and mmdet, and torchvision for mmpretrain only where there is none.
 set -euo pipefail
 
 PY=${1:?"usage: tools/install_t20.sh PYTHON (the python of the vendor environment)"}
@@ -37,6 +38,45 @@ pip_install -r requirements/build.txt
 "$PY" -c "import mmcv._ext" 2>/dev/null ||
     MMCV_WITH_OPS=1 FORCE_CUDA=0 pip_install --no-build-isolation mmcv==2.1.0
 pip_install -r requirements/runtime.txt -r requirements/optional.txt
+# torchvision, which mmpretrain imports. The vendor's, if it has one, stays. Else the
+# PyPI build made for this very torch, with --no-deps: its wheel requires torch==<that
+# release>, and pip would replace the vendor's torch to satisfy it.
+if "$PY" -c "import torchvision" 2>/dev/null; then
+    echo "install_t20: keeping the torchvision already installed:" \
+        "$("$PY" -c 'import torchvision; print(torchvision.__version__)')"
+else
+    torch_version=$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')
+    # pytorch/vision's table: the torchvision release built against each torch release.
+    case "$torch_version" in
+        1.10.0) torchvision=0.11.1 ;;
+        1.10.1) torchvision=0.11.2 ;;
+        1.10.2) torchvision=0.11.3 ;;
+        *)
+            echo "install_t20: no torchvision known for torch $torch_version; install the" \
+                "vendor's torchvision for it, then run this again" >&2
+            exit 1
+            ;;
+    esac
+    echo "install_t20: installing torchvision $torchvision (built for torch $torch_version), --no-deps"
+    pip_install --no-deps "torchvision==$torchvision"
+    "$PY" -c "import torchvision" ||
+        { echo "install_t20: torchvision $torchvision does not import with this torch" >&2; exit 1; }
+fi
+# mmpretrain (DINOv2 and other backbones); mmdet came with requirements/optional.txt.
+pip_install -r requirements/t20-models.txt
 # mmgcu itself, editable, with no dependency resolution of its own.
 "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
-"$PY" -c 'import sys, torch; print("install_t20: mmgcu installed for Python", sys.version.split()[0], "torch", torch.__version__)'
+"$PY" - <<'EOF'
+import sys
+
+import mmdet
+import mmpretrain
+import torch
+import torchvision
+
+print(
+    f"install_t20: mmgcu installed for Python {sys.version.split()[0]}, torch {torch.__version__},"
+    f" torchvision {torchvision.__version__}, mmpretrain {mmpretrain.__version__},"
+    f" mmdet {mmdet.__version__}"
+)
+EOF

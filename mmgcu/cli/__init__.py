@@ -18,17 +18,18 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``mmgcu`` parser with its subcommands."""
-    from . import check, configs, env, launch
+    from . import check, configs, env, launch, rehearse
 
     parser = argparse.ArgumentParser(
         prog="mmgcu",
         description="Report, check, train and test on the Enflame GCU cards of this node.",
     )
     parser.add_argument("--version", action="version", version=f"mmgcu {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{env,check,train,test,configs}")
+    sub = parser.add_subparsers(dest="command", metavar="{env,check,train,test,rehearse,configs}")
     env.add_parser(sub)
     check.add_parser(sub)
     launch.add_parsers(sub)
+    rehearse.add_parser(sub)
     configs.add_parser(sub)
     return parser
 

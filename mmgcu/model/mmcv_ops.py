@@ -115,6 +115,10 @@ class GCUPSAMask(torch.nn.Module):
     input gradient as mmcv's kernels on any device (see the module docstring).
     """
 
+    #: What it stands in for, and how a card runs it (``mmgcu rehearse`` reports both).
+    mmcv_op = "PSAMask"
+    card_path = "ordinary tensor ops on the card (one gather)"
+
     def __init__(
         self,
         psa_type: Union[str, int],

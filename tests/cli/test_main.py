@@ -34,4 +34,4 @@ def test_subcommands_and_defaults():
 
 def test_no_subcommand_prints_help(capsys):
     assert main([]) == 2
-    assert "{env,check,train,test,configs}" in capsys.readouterr().out
+    assert "{env,check,train,test,rehearse,configs}" in capsys.readouterr().out

@@ -2,8 +2,9 @@
 
 An mmseg config on mmseg's own ``default_runtime.py`` with mmgcu's two keys is rehearsed on
 8 simulated T20 cards with the README's own command lines (run by bash, ``mmgcu`` from this
-environment's PATH), then tested; the same config without the keys is refused before any
-process starts. Each command line run here must be in both READMEs, word for word.
+environment's PATH): ``mmgcu rehearse`` and its report, then a short training and a test.
+The same config without the keys is refused before any process starts. Each command line
+run here must be in both READMEs, word for word.
 """
 
 import os
@@ -19,6 +20,7 @@ TINY = os.path.join(REPO, "configs", "tiny", "_base_", "fcn_r18-tiny_synthetic-6
 KEYS = """custom_imports = dict(imports=["mmgcu"], allow_failed_imports=False)
 runner_type = "GCURunner"
 """
+REPORT = "mmgcu rehearse my_config.py"
 REHEARSE = (
     "MMGCU_SIMULATE=t20 mmgcu train my_config.py --cfg-options train_cfg.max_iters=4 "
     "train_cfg.val_interval=4 default_hooks.checkpoint.interval=4"
@@ -52,8 +54,19 @@ def shell(line, cwd, timeout=600):
 def test_the_readmes_show_these_commands(readme):
     with open(os.path.join(REPO, readme), encoding="utf-8") as f:
         text = f.read()
-    for line in (REHEARSE, TEST, *KEYS.splitlines()):
+    for line in (REPORT, REHEARSE, TEST, *KEYS.splitlines()):
         assert line in text, f"{readme} lacks: {line}"
+
+
+@pytest.mark.e2e
+def test_the_rehearsal_report_of_8_simulated_t20_cards(dataset, tmp_path):
+    user_config(tmp_path, dataset)
+    code, out = shell(REPORT, tmp_path)
+    assert code == 0, out[-5000:]
+    assert "8 simulated T20 card(s) (torch_gcu 1.x" in out
+    assert "card 7 (rank 7): peak" in out and "of 32.00 GiB: fits" in out, out[-5000:]
+    assert "verdict: PASSED: launch it on the T20 with mmgcu train CONFIG" in out
+    assert (tmp_path / "work_dirs" / "my_config_rehearsal" / "rehearsal.json").exists()
 
 
 @pytest.mark.e2e

@@ -1,0 +1,80 @@
+"""``mmgcu rehearse CONFIG``: the config on simulated cards, then a pre-flight report.
+
+    mmgcu rehearse CONFIG [--cards 8] [--hardware t20|s60] [--iters 2]
+                   [--scale small|real] [--card-memory 32] [--cfg-options k=v ...]
+
+See :func:`mmgcu.rehearsal.rehearse`; exit status 0 when every phase passed.
+"""
+
+import sys
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "rehearse",
+        help="rehearse a config on simulated cards and report what the T20 will do",
+        description="Run CONFIG as a real job does (stock train.py under torchrun) on "
+        "simulated cards, with synthetic data and no download: build, placement, wrap, "
+        "training, validation, checkpoint, resume. Prints a report and writes it as "
+        "rehearsal.json in the work dir.",
+    )
+    parser.add_argument("config", metavar="CONFIG", help="config file, or a shipped config")
+    parser.add_argument("--cards", type=int, default=8, help="simulated cards (default 8)")
+    parser.add_argument(
+        "--hardware",
+        choices=("t20", "s60"),
+        default="t20",
+        help="t20: torch_gcu 1.x (the default); s60: torch_gcu 2.x",
+    )
+    parser.add_argument("--iters", type=int, default=2, help="training iterations (default 2)")
+    parser.add_argument(
+        "--scale",
+        choices=("small", "real"),
+        default="small",
+        help="small: crops shrunk to 128 px (seconds an iteration); real: the config's crop, "
+        "so the memory figures mean something",
+    )
+    parser.add_argument(
+        "--card-memory",
+        type=float,
+        default=32,
+        metavar="GIB",
+        help="card memory the peaks are compared with (T20: 32)",
+    )
+    parser.add_argument("--work-dir", help="default: work_dirs/<config>_rehearsal")
+    parser.add_argument(
+        "--cfg-options", nargs="+", default=[], metavar="KEY=VALUE", help="as train.py's"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from mmengine.config import DictAction
+
+    from ..rehearsal import format_report, rehearse
+    from .launch import LaunchError
+
+    options = {}
+    if args.cfg_options:
+        import argparse
+
+        namespace = argparse.Namespace()
+        DictAction(option_strings=[], dest="options")(None, namespace, args.cfg_options)
+        options = namespace.options
+    try:
+        result = rehearse(
+            args.config,
+            cards=args.cards,
+            hardware=args.hardware,
+            iters=args.iters,
+            scale=args.scale,
+            card_memory_gib=args.card_memory,
+            cfg_options=options,
+            work_dir=args.work_dir,
+            echo=lambda line: print(f"mmgcu rehearse: {line}", file=sys.stderr, flush=True),
+        )
+    except (ValueError, KeyError, LaunchError) as e:
+        print(f"mmgcu rehearse: error: {e}", file=sys.stderr)
+        return 1
+    print(format_report(result))
+    return 0 if result["passed"] else 1

@@ -1,0 +1,159 @@
+"""What each rank of a rehearsal saw, written where ``mmgcu rehearse`` reads it.
+
+The rehearsal config adds this hook (``custom_hooks``); the runner, its loops and the
+user's hooks are those of a real job. It reads nothing from a card while the job runs: the
+losses stay card tensors until training ends, and the simulator's counters (card reads,
+lazy graph runs, each card's peak bytes) are host numbers. Each rank writes
+``rehearsal/rank{R}-{stage}.json`` in the work dir after every phase it reaches, so a rank
+that fails leaves what it had done; ``stage`` is ``train``, or ``resume`` when the run
+started from a checkpoint.
+"""
+
+import json
+import numbers
+import os
+import os.path as osp
+import time
+from typing import Dict, List, Optional
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+from .. import sim
+from ..checkpoint import write_text_atomically
+
+OUT_DIR = "rehearsal"
+
+
+def sync_bn_layers(model: torch.nn.Module) -> Dict[str, object]:
+    """The model's synchronised batch norms: their classes, count and groups."""
+    classes: Dict[str, int] = {}
+    groups = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and (
+            "Sync" in type(module).__name__
+        ):
+            classes[type(module).__name__] = classes.get(type(module).__name__, 0) + 1
+            group = getattr(module, "process_group", None)
+            groups.add("world" if group is None else f"a group of {group.size()} ranks")
+    return dict(layers=sum(classes.values()), classes=classes, groups=sorted(groups))
+
+
+#: mmcv.ops layers that are plain PyTorch in mmcv 2.1.0 (no ``mmcv._ext`` call).
+PURE_MMCV_OPS = {"CrissCrossAttention": "plain PyTorch in mmcv (einsum, softmax)"}
+
+
+def card_ops(model: torch.nn.Module) -> List[Dict[str, object]]:
+    """The model's mmcv ops and how a card runs each: an mmgcu counterpart (its
+    ``card_path``), plain PyTorch, or mmcv's compiled op, which has no card kernel."""
+    found: Dict[str, Dict[str, object]] = {}
+    for module in model.modules():
+        cls = type(module)
+        if getattr(cls, "card_path", None) is not None:
+            name, path = getattr(cls, "mmcv_op", cls.__name__), f"{cls.__name__}: {cls.card_path}"
+        elif cls.__module__.startswith("mmcv.ops"):
+            name = cls.__name__
+            path = PURE_MMCV_OPS.get(name, "mmcv's compiled op: no card kernel")
+        else:
+            continue
+        # a counterpart that computes on the host says so (``host_round_trip = True``)
+        cpu = bool(getattr(cls, "host_round_trip", False))
+        found.setdefault(name, dict(op=name, path=path, cpu=cpu, count=0))["count"] += 1
+    return list(found.values())
+
+
+def _is_number(value) -> bool:
+    # numpy scalars (IoUMetric's float32) are not Python floats
+    return isinstance(value, numbers.Number) or getattr(value, "ndim", None) == 0
+
+
+@HOOKS.register_module()
+class RehearsalHook(Hook):
+    """Records phases, per-iteration card reads and graph runs, seconds, losses and the
+    card's peak memory of one rank of a rehearsal."""
+
+    # After the logger (its read belongs to the iteration), before the checkpoint hook (a
+    # save copies every weight to the host once: not a per-iteration cost).
+    priority = "LOW"
+
+    def __init__(self):
+        self.report: Dict[str, object] = dict(phases=[], iterations=[])
+        self._losses: List[Dict[str, torch.Tensor]] = []
+        self._mark: Optional[tuple] = None
+
+    # ------------------------------------------------------------------ recording
+    def _counters(self) -> tuple:
+        if not sim.is_installed():
+            return (0, 0, time.perf_counter())
+        return (sim.state.host_reads(), sim.state.counters["graph_runs"], time.perf_counter())
+
+    def _phase(self, runner, name: str, **facts) -> None:
+        self.report["phases"].append(dict(name=name, **facts))
+        self._write(runner)
+
+    def _write(self, runner) -> None:
+        folder = osp.join(runner.work_dir, OUT_DIR)
+        os.makedirs(folder, exist_ok=True)
+        stage = self.report.get("stage", "train")
+        path = osp.join(folder, f"rank{runner.rank}-{stage}.json")
+        write_text_atomically(path, json.dumps(self.report, indent=1))
+
+    # ------------------------------------------------------------------ phases
+    def before_run(self, runner) -> None:
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        devices = sorted({str(p.device) for p in model.parameters()})
+        card = sim.state.current_card() if sim.is_installed() else None
+        self.report.update(
+            rank=runner.rank,
+            world_size=runner.world_size,
+            card=card,
+            api=sim.state.api,
+            stage="resume" if runner.cfg.get("resume") else "train",
+            param_devices=devices,
+            wrapper=type(runner.model).__name__,
+            sync_bn=sync_bn_layers(model),
+            card_ops=card_ops(model),
+        )
+        self._phase(runner, "build")
+
+    def after_load_checkpoint(self, runner, checkpoint) -> None:
+        self.report["resumed_from"] = int(checkpoint.get("meta", {}).get("iter", -1))
+
+    def before_train(self, runner) -> None:
+        wrapper = runner.optim_wrapper
+        dtype = getattr(wrapper, "cast_dtype", None)
+        self.report["amp"] = str(dtype).replace("torch.", "") if dtype is not None else None
+        self.report["optim_wrapper"] = type(wrapper).__name__
+        self.report["start_iter"] = runner.iter
+        self._mark = self._counters()
+        self._write(runner)
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        now = self._counters()
+        reads, graphs, clock = (a - b for a, b in zip(now, self._mark))
+        self._mark = now
+        self.report["iterations"].append(
+            dict(iter=runner.iter + 1, host_reads=reads, graph_runs=graphs, seconds=clock)
+        )
+        self._losses.append(
+            {k: v.detach() for k, v in (outputs or {}).items() if isinstance(v, torch.Tensor)}
+        )
+        self._write(runner)
+
+    def after_train(self, runner) -> None:
+        # Read only now, after the iterations were counted.
+        for entry, losses in zip(self.report["iterations"], self._losses):
+            entry["losses"] = {k: float(v.float().mean()) for k, v in losses.items()}
+        self._phase(runner, "train")
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        metrics = {k: float(v) for k, v in (metrics or {}).items() if _is_number(v)}
+        self._phase(runner, "val", metrics=metrics)
+
+    def after_run(self, runner) -> None:
+        if sim.is_installed() and self.report.get("card") is not None:
+            card = self.report["card"]
+            self.report["peak_bytes"] = int(sim.state.ext.max_memory_allocated(card))
+        self._phase(runner, "end")

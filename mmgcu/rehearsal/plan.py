@@ -1,0 +1,212 @@
+"""The rehearsal's config: the user's, with offline data, local weights and a short schedule.
+
+Everything a card runs is left as the user wrote it (model, runner, optimizer, AMP, SyncBN,
+hooks); what changes is what a T20 host without the user's dataset and network cannot give
+and what a rehearsal need not repeat:
+
+- every dataloader reads the synthetic set (:mod:`mmgcu.rehearsal.data`) through the
+  config's own dataset class and pipeline, with ``num_workers=0`` (host-side only);
+- pretrained weights named by a URL or by a path that is not there are dropped (random
+  initialisation), so nothing is fetched;
+- the schedule is ``iters`` iterations, one validation and a checkpoint at the end, a log
+  line every iteration;
+- ``scale='small'`` divides every crop, resize scale and sliding window by one factor, so
+  the largest crop side is :data:`SMALL_SIDE`; models whose weights depend on the input size
+  (:data:`FIXED_INPUT`) keep the config's crop.
+"""
+
+import copy
+import os.path as osp
+from typing import Any, Dict, List, Optional, Tuple
+
+#: The largest crop side at ``scale='small'``: a step in seconds on a CPU, and deep enough
+#: for an output stride of 32.
+SMALL_SIDE = 128
+#: Backbones whose relative position tables are sized by the input: their crop is kept.
+FIXED_INPUT = {"BEiT": "BEiT's relative position tables", "MAE": "MAE's position tables"}
+DEFAULT_CROP = (512, 512)
+HOOK = "mmgcu.rehearsal.hook"
+#: Dataset wrappers whose inner dataset the rehearsal reads (the first one of a concat).
+WRAPPERS = ("RepeatDataset", "ClassBalancedDataset", "ConcatDataset", "MultiImageMixDataset")
+LOADERS = ("train_dataloader", "val_dataloader", "test_dataloader")
+SPLITS = {"train_dataloader": "train", "val_dataloader": "val", "test_dataloader": "val"}
+
+
+def pair(value) -> Tuple[int, int]:
+    return (int(value), int(value)) if isinstance(value, (int, float)) else tuple(value)
+
+
+def inner_dataset(dataset: dict) -> dict:
+    """The dataset a (possibly wrapped) dataset config reads its samples from."""
+    while dataset.get("type") in WRAPPERS:
+        inner = dataset.get("dataset") or dataset.get("datasets")
+        dataset = inner[0] if isinstance(inner, (list, tuple)) else inner
+    return dataset
+
+
+def crop_of(cfg) -> Tuple[int, int]:
+    """The training crop ``(h, w)``: the model's data preprocessor size, else the train
+    pipeline's ``RandomCrop``, else 512 x 512."""
+    size = (cfg.get("model", {}).get("data_preprocessor") or {}).get("size")
+    if size:
+        return pair(size)
+    loader = cfg.get("train_dataloader") or {}
+    for step in inner_dataset(loader.get("dataset", {})).get("pipeline", []):
+        if step.get("type") == "RandomCrop":
+            return pair(step["crop_size"])
+    return DEFAULT_CROP
+
+
+def image_side(cfg, factor: float) -> int:
+    """The synthetic images' side: the shorter side of the train pipeline's resize scale
+    (the size mmseg's configs resize a dataset's images to), else the crop's longer side."""
+    loader = cfg.get("train_dataloader") or {}
+    for step in inner_dataset(loader.get("dataset", {})).get("pipeline", []):
+        if step.get("type") in ("Resize", "RandomResize", "RandomChoiceResize") and step.get(
+            "scale"
+        ):
+            scale = step["scale"]
+            if isinstance(scale, (list, tuple)) and scale and isinstance(scale[0], (list, tuple)):
+                scale = scale[0]
+            return max(8, round(min(pair(scale)) * factor))
+    return max(8, round(max(crop_of(cfg)) * factor))
+
+
+def scale_factor(cfg, scale: str) -> Tuple[float, Optional[str]]:
+    """The factor crops are multiplied by, and why the crop is kept when it is."""
+    if scale == "real":
+        return 1.0, None
+    backbone = (cfg.get("model", {}).get("backbone") or {}).get("type", "")
+    kind = str(backbone).split(".")[-1]
+    if kind in FIXED_INPUT:
+        return 1.0, f"the crop is kept: {FIXED_INPUT[kind]} are sized by it"
+    return min(1.0, SMALL_SIDE / max(crop_of(cfg))), None
+
+
+def _scaled(value, factor: float):
+    """A size (int, pair, or a list of pairs) multiplied by ``factor``, at least 8."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return max(8, round(value * factor))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_scaled(v, factor) for v in value)
+    return value
+
+
+def shrink(node: Any, factor: float, keys=("scale", "crop_size", "size", "stride")) -> Any:
+    """Every crop size, resize scale and sliding window below ``node`` times ``factor``
+    (``node``: a pipeline, a data preprocessor or a ``test_cfg``)."""
+    if factor == 1.0:
+        return node
+    if isinstance(node, dict):
+        return {
+            key: _scaled(value, factor) if key in keys else shrink(value, factor, keys)
+            for key, value in node.items()
+        }
+    if isinstance(node, (list, tuple)):
+        return type(node)(shrink(v, factor, keys) for v in node)
+    return node
+
+
+def shrink_model(model: dict, factor: float) -> dict:
+    """The model's input size (its data preprocessor's pad size, its sliding window) times
+    ``factor``; its layers are untouched."""
+    model = dict(model)
+    for key in ("data_preprocessor", "test_cfg"):
+        if model.get(key):
+            model[key] = shrink(model[key], factor)
+    return model
+
+
+def is_local(path) -> bool:
+    return isinstance(path, str) and "://" not in path and osp.isfile(path)
+
+
+def drop_missing_weights(node: Any, found: List[str], where: str = "model") -> Any:
+    """``node`` without pretrained weights that are not a local file (a URL, or a path that is
+    not there); each one dropped is added to ``found``."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            here = f"{where}.{key}"
+            if key == "pretrained" and isinstance(value, str) and not is_local(value):
+                found.append(f"{here} = {value!r}")
+                out[key] = None
+            elif (
+                key == "init_cfg"
+                and isinstance(value, dict)
+                and value.get("type") == "Pretrained"
+                and not is_local(value.get("checkpoint"))
+            ):
+                found.append(f"{here}.checkpoint = {value.get('checkpoint')!r}")
+                out[key] = None
+            else:
+                out[key] = drop_missing_weights(value, found, here)
+        return out
+    if isinstance(node, (list, tuple)):
+        return type(node)(drop_missing_weights(v, found, where) for v in node)
+    return node
+
+
+def synthetic_dataset(dataset: dict, data_root: str, split: str) -> dict:
+    """The config's own dataset class and pipeline, reading the synthetic ``split``."""
+    inner = copy.deepcopy(inner_dataset(dataset))
+    inner.update(
+        data_root=data_root,
+        data_prefix=dict(img_path=f"img_dir/{split}", seg_map_path=f"ann_dir/{split}"),
+        ann_file=f"{split}.txt",
+    )
+    inner.pop("indices", None)
+    return inner
+
+
+def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The rehearsal's config as a dict (``Config(...)`` of it runs), and what was changed:
+    ``{'crop': (h, w), 'image_side': int, 'factor': float, 'notes': [str, ...]}``."""
+    notes: List[str] = []
+    factor, kept = scale_factor(cfg, scale)
+    if kept:
+        notes.append(f"scale small: {kept}")
+    crop = tuple(round(c * factor) for c in crop_of(cfg))
+    side = image_side(cfg, factor)
+    out = cfg.to_dict() if hasattr(cfg, "to_dict") else copy.deepcopy(dict(cfg))
+    dropped: List[str] = []
+    out["model"] = shrink_model(drop_missing_weights(out["model"], dropped), factor)
+    if out.get("load_from") and not is_local(out["load_from"]):
+        dropped.append(f"load_from = {out['load_from']!r}")
+        out["load_from"] = None
+    if dropped:
+        notes.append(
+            "pretrained weights not found locally (nothing is downloaded): random "
+            "initialisation in place of " + "; ".join(dropped)
+        )
+    for name in LOADERS:
+        loader = out.get(name)
+        if not loader:
+            continue
+        loader = dict(loader)
+        dataset = synthetic_dataset(loader["dataset"], data_root, SPLITS[name])
+        dataset["pipeline"] = shrink(dataset.get("pipeline", []), factor)
+        loader["dataset"] = dataset
+        loader.update(num_workers=0, persistent_workers=False)
+        out[name] = loader
+    out["train_cfg"] = dict(type="IterBasedTrainLoop", max_iters=iters, val_interval=iters)
+    if out.get("val_dataloader") and not out.get("val_cfg"):
+        out["val_cfg"] = dict(type="ValLoop")
+    hooks = dict(out.get("default_hooks") or {})
+    checkpoint = dict(hooks.get("checkpoint") or dict(type="CheckpointHook"))
+    checkpoint.update(by_epoch=False, interval=iters, save_best=None, max_keep_ckpts=-1)
+    hooks["checkpoint"] = checkpoint
+    logger = dict(hooks.get("logger") or dict(type="LoggerHook"))
+    logger.update(interval=1)
+    hooks["logger"] = logger
+    out["default_hooks"] = hooks
+    out["log_processor"] = dict(out.get("log_processor") or {}, by_epoch=False)
+    out["custom_hooks"] = list(out.get("custom_hooks") or []) + [dict(type="RehearsalHook")]
+    imports = dict(out.get("custom_imports") or dict(imports=[]))
+    names = imports.get("imports") or []
+    names = [names] if isinstance(names, str) else list(names)
+    imports["imports"] = names + [HOOK]
+    out["custom_imports"] = imports
+    out["randomness"] = dict(out.get("randomness") or {}, seed=0)
+    out["resume"] = False
+    return out, dict(crop=crop, image_side=side, factor=factor, notes=notes)

@@ -1,0 +1,295 @@
+"""The rehearsal's report: phases, the first error and its fix, cards, reads, losses.
+
+Built from what each rank wrote (:mod:`mmgcu.rehearsal.hook`) and from the job's log: a
+rank that fails before its hooks run (a config or registry error, a model that cannot be
+built) leaves only the log, whose first exception is the one reported.
+"""
+
+import json
+import os
+import os.path as osp
+import re
+import statistics
+from typing import Dict, List, Optional, Tuple
+
+from .hook import OUT_DIR
+
+GIB = 1 << 30
+#: The phases of a rehearsal, in order.
+PHASES = ("build", "placement", "wrap", "train", "val", "save", "resume")
+
+#: mmcv's dispatcher refusing a compiled op on a device it has no kernel for.
+_NO_KERNEL = re.compile(
+    r"(\w+?)(?:_forward|_backward)?_impl: implementation for device (\S+) not found"
+)
+#: Known failures and what fixes them: (pattern, fix; ``{0}``.. are the pattern's groups).
+FIXES: Tuple[Tuple[re.Pattern, str], ...] = (
+    (
+        _NO_KERNEL,
+        "mmcv's compiled op '{0}' has no kernel on a GCU card ({1}), and mmgcu has no "
+        "counterpart for it (mmgcu runs PSAMask on the card). Build the model without the "
+        "layer that calls it (for a DCN backbone: leave out its dcn dict), or give the op a "
+        "card path and register it in mmgcu/model/mmcv_ops.py.",
+    ),
+    (
+        re.compile(r"ProcessGroupGloo::(\w+): unsupported device type (xla)"),
+        "the model gives a card tensor to torch.distributed's {0}; on torch_gcu 1.x card "
+        "tensors travel only through torch_gcu.distributed. Move that tensor to the CPU and "
+        "back around the call in the model's code, or rehearse on --hardware s60 "
+        "(torch_gcu 2.x).",
+    ),
+    (
+        re.compile(r"No module named '(mmpretrain|mmdet|torchvision)"),
+        "this environment lacks {0}: on the T20 stack tools/install_t20.sh installs "
+        "mmpretrain 1.2.0, mmdet 3.3.0 and, when missing, torchvision 0.11.3 (docs/t20.md); "
+        "on torch 2.13 no torchvision build exists here, so rehearse such models on the "
+        "T20 stack.",
+    ),
+    (
+        re.compile(r"'?(\S+?)'? is not in the (\S+) registry"),
+        "'{0}' is not registered: add the module that defines it to custom_imports in the "
+        "config (custom_imports given with --cfg-options is not imported).",
+    ),
+    (
+        re.compile(r"killed by SIGKILL.*out-of-memory"),
+        "the simulated cards of all ranks share this host's memory: rehearse on fewer "
+        "--cards, or at --scale small, or on a host with more memory. The per-card peak of "
+        "a run that fits says what each card needs.",
+    ),
+    (
+        re.compile(r"(aten::batch_norm_stats|batch_norm_gather_stats|batch_norm_elemt)"),
+        "torch's SyncBatchNorm has no GCU kernel ({0}); run with runner_type='GCURunner', "
+        "which puts GCUSyncBatchNorm in place of SyncBN layers.",
+    ),
+)
+
+
+def fix_for(message: str, card_ops: List[dict] = ()) -> Optional[str]:
+    """The fix mmgcu knows for an error message, or None; ``card_ops`` (the model's mmcv
+    layers, as the hook lists them) names the layers of an op with no card kernel."""
+    for pattern, fix in FIXES:
+        found = pattern.search(message)
+        if found:
+            text = fix.format(*found.groups())
+            if pattern is _NO_KERNEL:
+                layers = [f"{o['op']} x{o['count']}" for o in card_ops if "no card" in o["path"]]
+                text += (
+                    f" The model's layers with no card kernel: {', '.join(layers)}."
+                    if layers
+                    else ""
+                )
+            return text
+    return None
+
+
+#: torchrun's prefix on a worker's lines (torch 2's ``[rank1]: ``).
+_RANK_PREFIX = re.compile(r"^\[(?:default)?(?:rank)?\d+\]:\s?")
+
+
+def first_error(log: str) -> Optional[str]:
+    """The first exception in a job's log (the last line of its first traceback), or the
+    message mmgcu's excepthook printed in its place (after a blank line, alone or under
+    the exception's own line); None when the log has neither."""
+    lines = [_RANK_PREFIX.sub("", line) for line in log.splitlines()]
+    for i, line in enumerate(lines):
+        if line.startswith("mmgcu: ") and i > 0 and "stops: rank 0 says why" not in line:
+            if not lines[i - 1].strip():
+                return line
+            if i > 1 and not lines[i - 2].strip() and not lines[i - 1].startswith(" "):
+                return f"{lines[i - 1]}\n{line}"
+        if line.startswith("Traceback (most recent call last)"):
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
+                j += 1
+            if j < len(lines):
+                return lines[j].strip()
+    for line in lines:  # no traceback: a rank killed (torchrun's summary says how)
+        if re.search(r"exitcode\s*:\s*-9\b", line):
+            return (
+                "a rank was killed by SIGKILL with no traceback (exitcode -9): most likely "
+                "the kernel's out-of-memory killer, since simulated cards are host memory"
+            )
+    for line in lines:
+        if "ChildFailedError" in line or "exitcode" in line:
+            return line.strip()
+    return None
+
+
+def read_ranks(work_dir: str, stage: str) -> Dict[int, dict]:
+    """What each rank wrote for ``stage`` ('train' or 'resume')."""
+    folder = osp.join(work_dir, OUT_DIR)
+    ranks = {}
+    if not osp.isdir(folder):
+        return ranks
+    for name in os.listdir(folder):
+        found = re.fullmatch(rf"rank(\d+)-{stage}\.json", name)
+        if found:
+            with open(osp.join(folder, name)) as f:
+                ranks[int(found.group(1))] = json.load(f)
+    return ranks
+
+
+def _done(rank: dict, phase: str) -> bool:
+    return any(p["name"] == phase for p in rank.get("phases", ()))
+
+
+def phases_of(
+    train: Dict[int, dict],
+    resume: Dict[int, dict],
+    cards: int,
+    iters: int,
+    device: str,
+    checkpoint: Optional[str],
+) -> List[dict]:
+    """Each phase, passed or not, in order; the phases after a failed one are not run."""
+    every = [train.get(r, {}) for r in range(cards)]
+    results = [
+        ("build", all(_done(r, "build") for r in every), None),
+        (
+            "placement",
+            all(r.get("param_devices") == [f"{device}:{i}"] for i, r in enumerate(every)),
+            "parameters on " + ", ".join(str(r.get("param_devices")) for r in every),
+        ),
+        ("wrap", all(r.get("wrapper") for r in every), every[0].get("wrapper")),
+        (
+            "train",
+            all(len(r.get("iterations", ())) == iters and _done(r, "train") for r in every),
+            f"{iters} iteration(s)",
+        ),
+        ("val", any(_done(r, "val") for r in every), None),
+        ("save", bool(checkpoint and osp.isfile(checkpoint)), checkpoint),
+        (
+            "resume",
+            all(
+                r.get("resumed_from") == iters and len(r.get("iterations", ())) == 1
+                for r in (resume.get(i, {}) for i in range(cards))
+            ),
+            f"from iteration {iters}, one more",
+        ),
+    ]
+    out, failed = [], False
+    for name, ok, detail in results:
+        status = "not run" if failed else ("passed" if ok else "failed")
+        failed = failed or not ok
+        out.append(dict(name=name, status=status, detail=detail if ok else None))
+    return out
+
+
+def summarise(
+    train: Dict[int, dict], resume: Dict[int, dict], cards: int, card_memory: int
+) -> dict:
+    """Per-card peaks, reads and graph runs per iteration, seconds, losses, SyncBN, AMP."""
+    ranks = [train[r] for r in sorted(train)]
+    if not ranks:
+        return {}
+    first = ranks[0]
+    card_rows = []
+    for r in ranks:
+        peak = max(r.get("peak_bytes", 0), resume.get(r["rank"], {}).get("peak_bytes", 0))
+        card_rows.append(
+            dict(rank=r["rank"], card=r.get("card"), peak_bytes=peak, fits=peak <= card_memory)
+        )
+    iters = [r.get("iterations", []) for r in ranks]
+    later = [i for its in iters for i in its[1:]]
+
+    def per_iter(key, entries):
+        return round(statistics.mean(e[key] for e in entries), 3) if entries else None
+
+    seconds = [i["seconds"] for i in (later or [i for its in iters for i in its[:1]])]
+    return dict(
+        cards=card_rows,
+        peak_bytes=max((c["peak_bytes"] for c in card_rows), default=0),
+        card_memory_bytes=card_memory,
+        fits=all(c["fits"] for c in card_rows),
+        host_reads_per_iter=dict(
+            first=per_iter("host_reads", [its[0] for its in iters if its]),
+            later=per_iter("host_reads", later),
+        ),
+        graph_runs_per_step=per_iter("graph_runs", [i for its in iters for i in its])
+        if first.get("api") == "gcu1"
+        else None,
+        seconds_per_iter=round(statistics.median(seconds), 3) if seconds else None,
+        losses=[dict(iter=i["iter"], **i.get("losses", {})) for i in first.get("iterations", [])],
+        resume_losses=[
+            dict(iter=i["iter"], **i.get("losses", {}))
+            for i in resume.get(first["rank"], {}).get("iterations", [])
+        ],
+        val=next((p.get("metrics") for p in first.get("phases", ()) if p["name"] == "val"), None),
+        sync_bn=first.get("sync_bn"),
+        amp=first.get("amp"),
+        optim_wrapper=first.get("optim_wrapper"),
+        card_ops=first.get("card_ops", []),
+        cpu_path_ops=[o for o in first.get("card_ops", []) if o.get("cpu")],
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.5f}"
+
+
+def format_report(report: dict) -> str:
+    """The report as the lines ``mmgcu rehearse`` prints."""
+    out = [
+        f"mmgcu rehearse {report['config']}: {report['cards']} simulated {report['hardware']} "
+        f"card(s) (torch_gcu {'1.x' if report['api'] == 'gcu1' else '2.x'}, torch "
+        f"{report['torch']}), {report['iters']} iteration(s), scale {report['scale']} "
+        f"(crop {report['crop'][0]}x{report['crop'][1]})",
+    ]
+    out += [f"  note: {n}" for n in report.get("notes", [])]
+    for p in report["phases"]:
+        detail = f" ({p['detail']})" if p.get("detail") else ""
+        out.append(f"  {p['name']:<10} {p['status']}{detail}")
+    error = report.get("error")
+    if error:
+        out.append(f"  error ({error['phase']}): {error['message']}")
+        if error.get("fix"):
+            out.append(f"  fix: {error['fix']}")
+    s = report.get("summary") or {}
+    if s.get("cards"):
+        memory = s["card_memory_bytes"]
+        for c in s["cards"] if s["peak_bytes"] else ():
+            verdict = "fits" if c["fits"] else "DOES NOT FIT"
+            out.append(
+                f"  card {c['card']} (rank {c['rank']}): peak {_gib(c['peak_bytes'])} of "
+                f"{_gib(memory)}: {verdict}"
+            )
+        reads = s["host_reads_per_iter"]
+        if reads["first"] is not None:
+            out.append(
+                f"  card reads per iteration: {reads['first']} in the first, {reads['later']} "
+                "after (a log line every iteration: 1 is one read per log line)"
+            )
+        if s.get("graph_runs_per_step") is not None:
+            out.append(f"  lazy graph runs per step: {s['graph_runs_per_step']}")
+        sync = s.get("sync_bn") or {}
+        out.append(
+            f"  SyncBN: {sync.get('layers', 0)} layer(s) {sync.get('classes', {})}, group "
+            f"{', '.join(sync.get('groups', [])) or '-'}; AMP: {s.get('amp') or 'off'} "
+            f"({s.get('optim_wrapper')})"
+        )
+        for op in s.get("card_ops", []):
+            out.append(f"  mmcv op {op['op']} x{op['count']}: {op['path']}")
+        cpu = [f"{o['op']} x{o['count']}" for o in s.get("cpu_path_ops", [])]
+        out.append(f"  ops on a CPU path (a host round trip per call): {', '.join(cpu) or 'none'}")
+        if s["seconds_per_iter"] is not None:
+            out.append(f"  seconds per iteration (simulated, this host): {s['seconds_per_iter']}")
+        for entry in s.get("losses", []):
+            out.append(f"  iter {entry['iter']}: loss {_num(entry.get('loss'))}")
+        for entry in s.get("resume_losses", []):
+            out.append(f"  iter {entry['iter']} (resumed): loss {_num(entry.get('loss'))}")
+        if s.get("val"):
+            out.append(f"  val: {s['val']}")
+    out.append(f"  report: {report['json']}  log: {', '.join(report['logs'])}")
+    out.append(
+        "  verdict: "
+        + (
+            "PASSED: launch it on the T20 with mmgcu train CONFIG"
+            if report["passed"]
+            else "FAILED: fix the error above before the T20 sees this config"
+        )
+    )
+    return "\n".join(out)

@@ -1,0 +1,181 @@
+"""``rehearse()``: a config on simulated cards, as a real job runs it, then the report.
+
+Two jobs, each stock ``tools/train.py`` under torchrun with ``--launcher pytorch`` (what
+``mmgcu train`` runs), with ``MMGCU_SIMULATE=<hardware>:<cards>``: the first builds, places,
+wraps, trains ``iters`` iterations, validates and saves; the second resumes from that
+checkpoint and trains one more iteration. Nothing in the runner knows it is a rehearsal.
+"""
+
+import json
+import os
+import os.path as osp
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+from ..checkpoint import write_text_atomically
+from ..cli import launch, preflight
+from ..device.cards import HARDWARE, SIMULATE_ENV
+from . import data, plan, report
+
+GIB = report.GIB
+#: A T20 card's memory.
+T20_MEMORY_GIB = 32
+MARK = "rehearsal.json"
+
+
+def _options(cfg_options: Optional[Dict[str, object]]) -> List[str]:
+    if not cfg_options:
+        return []
+    return ["--cfg-options"] + [f"{k}={v}" for k, v in cfg_options.items()]
+
+
+def prepare_work_dir(work_dir: str) -> None:
+    """An empty work dir: a previous rehearsal's is cleared, anything else is refused."""
+    if osp.isdir(work_dir) and os.listdir(work_dir):
+        if not osp.isfile(osp.join(work_dir, MARK)):
+            raise ValueError(
+                f"{work_dir} is not empty and holds no earlier rehearsal: give "
+                "--work-dir a new folder (the rehearsal replaces what it finds there)"
+            )
+        shutil.rmtree(work_dir)
+    os.makedirs(work_dir, exist_ok=True)
+
+
+def _launch(
+    config: str, work_dir: str, cards: int, hardware: str, extra: List[str], log: str
+) -> int:
+    """One torchrun job of stock train.py on simulated cards; its output goes to ``log``."""
+    env = dict(os.environ)
+    env[SIMULATE_ENV] = f"{hardware}:{cards}"
+    env.pop("MMGCU_SIMULATE_API", None)
+    env.pop("MMGCU_SIMULATE_NOTICE", None)
+    command = [sys.executable, "-m", "torch.distributed.run"]
+    command += launch.rendezvous(env, launch.torch_version())
+    command += [f"--nproc_per_node={cards}", *launch.train_script(env), config]
+    command += ["--work-dir", work_dir, "--launcher", "pytorch", *extra]
+    with open(log, "w") as f:
+        return subprocess.call(
+            command, env=launch.worker_env(env), stdout=f, stderr=subprocess.STDOUT
+        )
+
+
+def rehearse(
+    config: str,
+    cards: int = 8,
+    hardware: str = "t20",
+    iters: int = 2,
+    scale: str = "small",
+    card_memory_gib: float = T20_MEMORY_GIB,
+    cfg_options: Optional[Dict[str, object]] = None,
+    work_dir: Optional[str] = None,
+    echo: Callable[[str], None] = lambda line: None,
+) -> dict:
+    """Rehearse ``config`` on ``cards`` simulated cards of ``hardware`` ('t20': torch_gcu
+    1.x; 's60': 2.x) and return the report (also written as ``rehearsal.json`` in the work
+    dir). ``echo`` receives one line per step as it happens."""
+    import torch
+    from mmengine.config import Config
+
+    if hardware not in HARDWARE:
+        raise ValueError(f"hardware {hardware!r}: one of {', '.join(HARDWARE)}")
+    if scale not in ("small", "real"):
+        raise ValueError(f"scale {scale!r}: 'small' or 'real'")
+    if iters < 1 or cards < 1:
+        raise ValueError("iters and cards must be at least 1")
+    config = launch.resolve_config(config)
+    stem = osp.splitext(osp.basename(config))[0]
+    work_dir = osp.abspath(work_dir or osp.join("work_dirs", f"{stem}_rehearsal"))
+    prepare_work_dir(work_dir)
+    api = HARDWARE[hardware][0]
+    result = dict(
+        config=config,
+        hardware=hardware.upper(),
+        api=api,
+        cards=cards,
+        iters=iters,
+        scale=scale,
+        torch=torch.__version__.split("+")[0],
+        work_dir=work_dir,
+        json=osp.join(work_dir, MARK),
+        logs=[],
+        notes=[],
+        crop=[0, 0],
+        phases=[],
+        error=None,
+        summary={},
+        passed=False,
+    )
+
+    def finish(phase: Optional[str] = None, message: Optional[str] = None) -> dict:
+        if message:
+            ops = (result["summary"] or {}).get("card_ops", [])
+            fix = report.fix_for(message, ops)
+            result["error"] = dict(phase=phase, message=message, fix=fix)
+        result["passed"] = not result["error"] and all(
+            p["status"] == "passed" for p in result["phases"]
+        )
+        write_text_atomically(result["json"], json.dumps(result, indent=1))
+        return result
+
+    problem = preflight.config_problem(config, _options(cfg_options))
+    if problem:
+        result["phases"] = [dict(name="build", status="failed", detail=None)]
+        return finish("build", problem)
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    data_root = osp.join(work_dir, "data")
+    derived, changes = plan.derive(cfg, data_root, iters, scale)
+    result["crop"] = list(changes["crop"])
+    result["notes"] = changes["notes"]
+    batch = int(derived["train_dataloader"].get("batch_size", 1))
+    facts = data.write_dataset(
+        data_root,
+        derived["train_dataloader"]["dataset"],
+        changes["image_side"],
+        train=cards * batch,
+        val=cards,
+        classes=data.head_classes(derived["model"]),
+    )
+    result["notes"].append(
+        f"data: synthetic {facts['type']} ({facts['labels']} labels, "
+        f"{facts['image_side']} px images, {facts['train']} train / {facts['val']} val) "
+        "through the config's own pipelines; data loaders with num_workers=0"
+    )
+    for note in result["notes"]:
+        echo(f"note: {note}")
+    rehearsal_config = osp.join(work_dir, f"{stem}_rehearsal.py")
+    Config(derived).dump(rehearsal_config)
+
+    device = "xla" if api == "gcu1" else "gcu"
+    logs = [osp.join(work_dir, "train.log"), osp.join(work_dir, "resume.log")]
+    result["logs"] = logs
+    start = time.time()
+    echo(f"train: {cards} card(s), {iters} iteration(s), validation, checkpoint ({logs[0]})")
+    code = _launch(rehearsal_config, work_dir, cards, hardware, [], logs[0])
+    result["seconds"] = dict(train=round(time.time() - start, 1))
+    checkpoint = osp.join(work_dir, f"iter_{iters}.pth")
+    resumed: Dict[int, dict] = {}
+    if code == 0 and osp.isfile(checkpoint):
+        start = time.time()
+        echo(f"resume: from iteration {iters}, one more ({logs[1]})")
+        extra = ["--resume", "--cfg-options", f"train_cfg.max_iters={iters + 1}"]
+        extra.append(f"train_cfg.val_interval={10 * (iters + 1)}")
+        resume_code = _launch(rehearsal_config, work_dir, cards, hardware, extra, logs[1])
+        result["seconds"]["resume"] = round(time.time() - start, 1)
+        resumed = report.read_ranks(work_dir, "resume")
+    else:
+        resume_code = None
+    trained = report.read_ranks(work_dir, "train")
+    result["phases"] = report.phases_of(trained, resumed, cards, iters, device, checkpoint)
+    result["summary"] = report.summarise(trained, resumed, cards, int(card_memory_gib * GIB))
+    failed = next((p["name"] for p in result["phases"] if p["status"] == "failed"), None)
+    if failed is None:
+        return finish()
+    log = logs[1] if failed == "resume" and resume_code is not None else logs[0]
+    with open(log) as f:
+        message = report.first_error(f.read())
+    return finish(failed, message or f"exit status {code if failed != 'resume' else resume_code}")

@@ -1,0 +1,35 @@
+"""The synthetic set is read by the config's own dataset class, labels as it expects."""
+
+import numpy as np
+import pytest
+
+from mmgcu.rehearsal.data import IGNORE_INDEX, write_dataset
+
+
+@pytest.mark.parametrize(
+    "dataset_type, reduce_zero_label",
+    [("ADE20KDataset", True), ("LoveDADataset", True), ("CityscapesDataset", False)],
+)
+def test_the_dataset_class_reads_it(tmp_path, dataset_type, reduce_zero_label):
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import DATASETS
+
+    init_default_scope("mmseg")
+
+    cfg = dict(type=dataset_type, data_root=str(tmp_path))
+    facts = write_dataset(str(tmp_path), cfg, side=32, train=3, val=2, classes=5)
+    assert facts["reduce_zero_label"] is reduce_zero_label and facts["labels"] == 5
+    dataset = DATASETS.build(
+        dict(
+            cfg,
+            data_prefix=dict(img_path="img_dir/train", seg_map_path="ann_dir/train"),
+            ann_file="train.txt",
+            pipeline=[dict(type="LoadImageFromFile"), dict(type="LoadAnnotations")],
+        )
+    )
+    assert len(dataset) == 3
+    sample = dataset[0]
+    assert sample["img"].shape == (32, 32, 3)
+    labels = set(np.unique(sample["gt_seg_map"]).tolist())
+    assert IGNORE_INDEX in labels  # the border, also where label 0 is reduced away
+    assert labels - {IGNORE_INDEX} <= set(range(5))

@@ -1,0 +1,95 @@
+"""The rehearsal's config: offline data, local weights only, a short schedule, small crops."""
+
+import os.path as osp
+
+from mmengine.config import Config
+
+from mmgcu.rehearsal.plan import SMALL_SIDE, derive
+
+PIPELINE = [
+    dict(type="LoadImageFromFile"),
+    dict(type="LoadAnnotations"),
+    dict(type="RandomResize", scale=(2048, 512), ratio_range=(0.5, 2.0), keep_ratio=True),
+    dict(type="RandomCrop", crop_size=(512, 512), cat_max_ratio=0.75),
+    dict(type="PackSegInputs"),
+]
+
+
+def stock_like(**model):
+    """A config shaped like mmseg's: 512 crops, a URL for weights, a wrapped dataset."""
+    dataset = dict(type="ADE20KDataset", data_root="data/ade", data_prefix={}, pipeline=PIPELINE)
+    return Config(
+        dict(
+            model=dict(
+                type="EncoderDecoder",
+                pretrained="open-mmlab://resnet50_v1c",
+                data_preprocessor=dict(type="SegDataPreProcessor", size=(512, 512)),
+                backbone=dict(type="ResNetV1c", **model),
+                test_cfg=dict(mode="slide", crop_size=(512, 512), stride=(341, 341)),
+            ),
+            train_dataloader=dict(
+                batch_size=4,
+                num_workers=4,
+                dataset=dict(type="RepeatDataset", times=10, dataset=dataset),
+            ),
+            val_dataloader=dict(batch_size=1, dataset=dict(dataset, pipeline=PIPELINE[:2])),
+            train_cfg=dict(type="IterBasedTrainLoop", max_iters=80000, val_interval=8000),
+            default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=8000)),
+            custom_imports=dict(imports=["mmgcu"]),
+        )
+    )
+
+
+def test_small_scale_shrinks_every_input_size_and_no_layer():
+    out, changes = derive(stock_like(depth=50), "/syn", iters=2, scale="small")
+    factor = SMALL_SIDE / 512
+    assert changes["crop"] == (SMALL_SIDE, SMALL_SIDE)
+    assert out["model"]["data_preprocessor"]["size"] == (SMALL_SIDE, SMALL_SIDE)
+    assert out["model"]["test_cfg"]["crop_size"] == (SMALL_SIDE, SMALL_SIDE)
+    assert out["model"]["test_cfg"]["stride"] == (round(341 * factor),) * 2
+    steps = {s["type"]: s for s in out["train_dataloader"]["dataset"]["pipeline"]}
+    assert steps["RandomResize"]["scale"] == (512, 128)
+    assert steps["RandomResize"]["ratio_range"] == (0.5, 2.0)
+    assert steps["RandomCrop"]["crop_size"] == (SMALL_SIDE, SMALL_SIDE)
+    assert out["model"]["backbone"] == dict(type="ResNetV1c", depth=50)
+    assert changes["image_side"] == 128  # the resize scale's short side, shrunk
+
+
+def test_real_scale_and_position_tables_keep_the_crop():
+    out, changes = derive(stock_like(depth=50), "/syn", iters=2, scale="real")
+    assert changes["crop"] == (512, 512) and changes["image_side"] == 512
+    beit = stock_like()
+    beit.model.backbone = dict(type="BEiT", img_size=(512, 512))
+    out, changes = derive(beit, "/syn", iters=2, scale="small")
+    assert changes["crop"] == (512, 512)
+    assert any("BEiT's relative position tables" in n for n in changes["notes"])
+
+
+def test_weights_are_kept_only_when_they_are_a_local_file(tmp_path):
+    local = tmp_path / "r50.pth"
+    local.write_bytes(b"weights")
+    cfg = stock_like(init_cfg=dict(type="Pretrained", checkpoint=str(local)))
+    cfg.load_from = "checkpoints/not-here.pth"
+    out, changes = derive(cfg, "/syn", iters=2, scale="small")
+    assert out["model"]["pretrained"] is None
+    assert out["model"]["backbone"]["init_cfg"]["checkpoint"] == str(local)
+    assert out["load_from"] is None
+    (note,) = [n for n in changes["notes"] if "random initialisation" in n]
+    assert "open-mmlab://resnet50_v1c" in note and "not-here.pth" in note
+    assert str(local) not in note
+
+
+def test_data_schedule_and_hook():
+    out, _ = derive(stock_like(depth=50), "/syn", iters=3, scale="small")
+    train = out["train_dataloader"]
+    assert train["dataset"]["type"] == "ADE20KDataset"  # the wrapper's inner dataset
+    assert train["dataset"]["data_root"] == "/syn"
+    assert train["dataset"]["ann_file"] == "train.txt"
+    assert osp.join(train["dataset"]["data_prefix"]["img_path"]) == "img_dir/train"
+    assert train["num_workers"] == 0 and train["batch_size"] == 4
+    assert out["val_dataloader"]["dataset"]["ann_file"] == "val.txt"
+    assert out["train_cfg"] == dict(type="IterBasedTrainLoop", max_iters=3, val_interval=3)
+    assert out["default_hooks"]["checkpoint"]["interval"] == 3
+    assert out["default_hooks"]["logger"]["interval"] == 1
+    assert out["custom_hooks"][-1] == dict(type="RehearsalHook")
+    assert out["custom_imports"]["imports"] == ["mmgcu", "mmgcu.rehearsal.hook"]

@@ -1,0 +1,137 @@
+"""``mmgcu rehearse`` end to end: stock train.py under torchrun on simulated cards, twice
+(train, validate, save; resume), and the report it prints and writes."""
+
+import json
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import TORCH_1, clean_env
+from tests.e2e.conftest import TINY
+
+pytestmark = [pytest.mark.e2e]
+STOCK = "mmseg::{}"
+GCU_KEYS = (
+    'custom_imports = dict(imports=["mmgcu"], allow_failed_imports=False)\n'
+    'runner_type = "GCURunner"\n'
+)
+
+
+def rehearse(tmp_path, config, *args, timeout=600):
+    """``mmgcu rehearse CONFIG --cards 2 ARGS`` in a fresh process; (exit, output, report)."""
+    work = str(tmp_path / "work")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mmgcu.cli",
+            "rehearse",
+            config,
+            "--cards",
+            "2",
+            "--work-dir",
+            work,
+            *args,
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(tmp_path),
+    )
+    out = proc.stdout + proc.stderr
+    path = osp.join(work, "rehearsal.json")
+    assert osp.isfile(path), out[-5000:]
+    with open(path) as f:
+        return proc.returncode, out, json.load(f)
+
+
+def stock_config(tmp_path, name, extra=""):
+    """A stock mmseg config with the two keys mmgcu needs (as the README says)."""
+    path = tmp_path / (osp.basename(name))
+    path.write_text(f"_base_ = [{STOCK.format(name)!r}]\n{GCU_KEYS}{extra}")
+    return str(path)
+
+
+@pytest.mark.t20
+def test_a_config_with_a_missing_local_checkpoint_passes_every_phase(tmp_path):
+    options = [
+        "model.backbone.init_cfg.type=Pretrained",
+        "model.backbone.init_cfg.checkpoint=checkpoints/r18.pth",
+    ]
+    code, out, report = rehearse(tmp_path, TINY, "--cfg-options", *options)
+    assert code == 0, out[-5000:]
+    assert [p["status"] for p in report["phases"]] == ["passed"] * 7, report["phases"]
+    assert report["hardware"] == "T20" and report["api"] == "gcu1"
+    (note,) = [n for n in report["notes"] if "random initialisation" in n]
+    assert "'checkpoints/r18.pth'" in note and note in out
+    summary = report["summary"]
+    assert [c["card"] for c in summary["cards"]] == [0, 1]
+    assert all(
+        0 < c["peak_bytes"] < summary["card_memory_bytes"] and c["fits"] for c in summary["cards"]
+    )
+    assert (
+        summary["host_reads_per_iter"]["later"] == 1
+    )  # one read per log line, one line per iteration
+    assert summary["graph_runs_per_step"] == 1
+    assert summary["sync_bn"]["classes"] == {"GCUSyncBatchNorm": 23}
+    assert [e["iter"] for e in summary["losses"]] == [1, 2]
+    assert [e["iter"] for e in summary["resume_losses"]] == [3]
+    assert "mIoU" in summary["val"]
+    assert "card 1 (rank 1): peak" in out and "PASSED" in out
+
+
+@pytest.mark.skipif(not TORCH_1, reason="PSANet rehearses on the T20 stack's leg (torch 1.10)")
+@pytest.mark.t20
+def test_psanet_passes_and_names_the_path_of_its_mmcv_op(tmp_path):
+    config = stock_config(tmp_path, "psanet/psanet_r50-d8_4xb4-80k_ade20k-512x512.py")
+    code, out, report = rehearse(tmp_path, config, "--iters", "1")
+    assert code == 0, out[-5000:]
+    assert report["summary"]["card_ops"] == [
+        dict(
+            op="PSAMask",
+            path="GCUPSAMask: ordinary tensor ops on the card (one gather)",
+            cpu=False,
+            count=2,
+        )
+    ]
+    assert "open-mmlab://resnet50_v1c" in " ".join(report["notes"])
+    assert "mmcv op PSAMask x2: GCUPSAMask: ordinary tensor ops on the card" in out
+    assert "ops on a CPU path (a host round trip per call): none" in out
+
+
+@pytest.mark.skipif(
+    TORCH_1, reason="an op with no card path rehearses on the main leg (torch_gcu 2.x)"
+)
+def test_an_op_with_no_card_path_is_named_with_its_fix(tmp_path):
+    dcn = (
+        "model = dict(backbone=dict(stage_with_dcn=(False, False, False, True), "
+        "dcn=dict(type='DCNv2', deform_groups=1, fallback_on_stride=False)))\n"
+    )
+    config = stock_config(tmp_path, "fcn/fcn_r50-d8_4xb2-40k_cityscapes-512x1024.py", dcn)
+    code, out, report = rehearse(tmp_path, config, "--hardware", "s60", "--iters", "1")
+    assert code == 1
+    assert [(p["name"], p["status"]) for p in report["phases"]][2:5] == [
+        ("wrap", "passed"),
+        ("train", "failed"),
+        ("val", "not run"),
+    ]
+    error = report["error"]
+    assert "modulated_deformable_im2col_impl: implementation for device gcu:" in error["message"]
+    assert "'modulated_deformable_im2col' has no kernel on a GCU card" in error["fix"]
+    assert "ModulatedDeformConv2dPack x3" in error["fix"]
+    assert "fix: mmcv's compiled op 'modulated_deformable_im2col'" in out and "FAILED" in out
+
+
+def test_a_stock_config_without_mmgcus_keys_fails_as_the_launch_would(tmp_path):
+    config = tmp_path / "stock.py"
+    config.write_text(
+        f"_base_ = [{STOCK.format('fcn/fcn_r50-d8_4xb2-40k_cityscapes-512x1024.py')!r}]\n"
+    )
+    code, out, report = rehearse(tmp_path, str(config))
+    assert code == 1
+    assert report["phases"] == [dict(name="build", status="failed", detail=None)]
+    assert "would run on mmengine's own Runner" in report["error"]["message"]
+    assert "error (build)" in out
