@@ -175,7 +175,11 @@ def run(args) -> int:
 
     results = dict(leg=args.leg, label=LEGS[args.leg][1], torch=torch.__version__, rows=[])
     for family, config, needs in todo:
-        row = rehearse_family(family, config, needs, args.leg, work_root)
+        try:
+            row = rehearse_family(family, config, needs, args.leg, work_root)
+        except Exception as e:  # one family's trouble does not end the hour-long run
+            row = dict(family=family, config=config, needs=needs, result="failed")
+            row.update(phase="rehearse", reason=f"{type(e).__name__}: {e}", losses=[])
         results["rows"].append(row)
         print(
             f"zoo {args.leg}: {family:<14} {row['result']:<8} {row.get('seconds', '')} s "
@@ -207,10 +211,12 @@ def _cell(row) -> str:
 def _losses(row) -> str:
     if not row or not row.get("losses"):
         return "-"
-    return " / ".join(f"{v:.5f}" for v in row["losses"])
+    return " / ".join("-" if v is None else f"{v:.5f}" for v in row["losses"])
 
 
 def agree(a, b, rel: float = 1e-4) -> bool:
+    if not a or not b or None in a or None in b:
+        return False
     return (
         bool(a and b)
         and len(a) == len(b)

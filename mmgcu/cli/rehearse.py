@@ -8,6 +8,8 @@ See :func:`mmgcu.rehearsal.rehearse`; exit status 0 when every phase passed.
 
 import sys
 
+from ..rehearsal.plan import SMALL_SIDE, T20_MEMORY_GIB  # standard library only
+
 
 def add_parser(sub) -> None:
     parser = sub.add_parser(
@@ -31,15 +33,15 @@ def add_parser(sub) -> None:
         "--scale",
         choices=("small", "real"),
         default="small",
-        help="small: crops shrunk to 128 px (seconds an iteration); real: the config's crop, "
-        "so the memory figures mean something",
+        help=f"small: crops shrunk to {SMALL_SIDE} px (seconds an iteration); real: the "
+        "config's crop, so the memory figures mean something",
     )
     parser.add_argument(
         "--card-memory",
         type=float,
-        default=32,
+        default=T20_MEMORY_GIB,
         metavar="GIB",
-        help="card memory the peaks are compared with (T20: 32)",
+        help=f"card memory the peaks are compared with (T20: {T20_MEMORY_GIB})",
     )
     parser.add_argument("--work-dir", help="default: work_dirs/<config>_rehearsal")
     parser.add_argument(

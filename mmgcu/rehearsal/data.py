@@ -12,7 +12,7 @@ plus noise, so a few steps already lower the loss. Seeded: both legs read the sa
 import inspect
 import os
 import os.path as osp
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 
@@ -51,7 +51,14 @@ def dataset_facts(dataset_cfg: dict) -> Dict[str, object]:
 
 
 def write_split(
-    root: str, split: str, count: int, side: int, classes: int, facts: dict, seed: int
+    root: str,
+    split: str,
+    count: int,
+    side: int,
+    classes: int,
+    facts: dict,
+    ignore_index: int = IGNORE_INDEX,
+    seed: int = 0,
 ) -> None:
     """``count`` image/mask pairs of ``side`` x ``side`` for ``split``, and its list."""
     import cv2
@@ -68,11 +75,11 @@ def write_split(
         labels = np.kron(grid, np.ones((side // cells + 1,) * 2, dtype=np.int64))[:side, :side]
         image = palette[labels] + rng.randint(-20, 21, size=(side, side, 3))
         mask = labels + 1 if facts["reduce_zero_label"] else labels.copy()
-        mask[:2, :] = 0 if facts["reduce_zero_label"] else IGNORE_INDEX
+        # a border the loss ignores: label 0 where the dataset reduces it to the ignore index
+        mask[:2, :] = 0 if facts["reduce_zero_label"] else ignore_index
         name = f"{split}_{i:03d}"
-        cv2.imwrite(
-            osp.join(img_dir, name + facts["img_suffix"]), image.clip(0, 255).astype(np.uint8)
-        )
+        image = image.clip(0, 255).astype(np.uint8)
+        cv2.imwrite(osp.join(img_dir, name + facts["img_suffix"]), image)
         cv2.imwrite(osp.join(ann_dir, name + facts["seg_map_suffix"]), mask.astype(np.uint8))
         names.append(name)
     with open(osp.join(root, f"{split}.txt"), "w") as f:
@@ -80,19 +87,29 @@ def write_split(
 
 
 def write_dataset(
-    root: str, dataset_cfg: dict, side: int, train: int, val: int, classes: Optional[int] = None
+    root: str,
+    dataset_cfg: dict,
+    split: str,
+    count: int,
+    side: int,
+    model: dict,
+    seed: int = 0,
 ) -> dict:
-    """Write the synthetic set under ``root``; return the dataset facts and class count."""
+    """Write ``split`` of the synthetic set under ``root`` for the dataset ``dataset_cfg``
+    reads (its class's suffixes and label reduction), with the labels the model predicts
+    and its ignore index; return what was written."""
     facts = dataset_facts(dataset_cfg)
-    classes = min(c for c in (classes, facts["classes"]) if c) if classes or facts["classes"] else 2
-    write_split(root, "train", train, side, classes, facts, seed=0)
-    write_split(root, "val", val, side, classes, facts, seed=1)
-    return dict(facts, labels=classes, image_side=side, train=train, val=val)
+    head = head_of(model)
+    known = [c for c in (head.get("num_classes"), facts["classes"]) if c]
+    classes = min(known) if known else 2
+    ignore_index = int(head.get("ignore_index", IGNORE_INDEX))
+    write_split(root, split, count, side, classes, facts, ignore_index, seed)
+    return dict(facts, labels=classes, ignore_index=ignore_index, image_side=side, count=count)
 
 
-def head_classes(model: dict) -> Optional[int]:
-    """The class count the model's decode head predicts, if it says."""
+def head_of(model: dict) -> dict:
+    """The model's decode head (the last of a cascade: it predicts), or ``{}``."""
     head = model.get("decode_head")
-    if isinstance(head, (list, tuple)):  # a cascade: the last head predicts
+    if isinstance(head, (list, tuple)):
         head = head[-1]
-    return (head or {}).get("num_classes")
+    return head or {}

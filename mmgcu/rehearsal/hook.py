@@ -42,7 +42,11 @@ def sync_bn_layers(model: torch.nn.Module) -> Dict[str, object]:
 
 
 #: mmcv.ops layers that are plain PyTorch in mmcv 2.1.0 (no ``mmcv._ext`` call).
-PURE_MMCV_OPS = {"CrissCrossAttention": "plain PyTorch in mmcv (einsum, softmax)"}
+PURE_MMCV_OPS = {
+    "CrissCrossAttention": "plain PyTorch in mmcv (einsum, softmax)",
+    # multi_scale_deform_attn.py runs multi_scale_deformable_attn_pytorch off CUDA and MLU
+    "MultiScaleDeformableAttention": "plain PyTorch off CUDA (multi_scale_deformable_attn_pytorch)",
+}
 
 
 def card_ops(model: torch.nn.Module) -> List[Dict[str, object]]:
@@ -113,6 +117,7 @@ class RehearsalHook(Hook):
             stage="resume" if runner.cfg.get("resume") else "train",
             param_devices=devices,
             wrapper=type(runner.model).__name__,
+            wrapped=is_model_wrapper(runner.model),
             sync_bn=sync_bn_layers(model),
             card_ops=card_ops(model),
         )
@@ -140,12 +145,14 @@ class RehearsalHook(Hook):
         self._losses.append(
             {k: v.detach() for k, v in (outputs or {}).items() if isinstance(v, torch.Tensor)}
         )
+        if runner.iter + 1 >= runner.max_iters:
+            # Read only now, after the last iteration was counted (and before the final
+            # save and validation, which may fail).
+            for entry, losses in zip(self.report["iterations"], self._losses):
+                entry["losses"] = {k: float(v.float().mean()) for k, v in losses.items()}
         self._write(runner)
 
     def after_train(self, runner) -> None:
-        # Read only now, after the iterations were counted.
-        for entry, losses in zip(self.report["iterations"], self._losses):
-            entry["losses"] = {k: float(v.float().mean()) for k, v in losses.items()}
         self._phase(runner, "train")
 
     def after_val_epoch(self, runner, metrics=None) -> None:

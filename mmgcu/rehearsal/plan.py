@@ -25,6 +25,8 @@ SMALL_SIDE = 128
 #: Backbones whose relative position tables are sized by the input: their crop is kept.
 FIXED_INPUT = {"BEiT": "BEiT's relative position tables", "MAE": "MAE's position tables"}
 DEFAULT_CROP = (512, 512)
+#: A T20 card's memory, what the peaks are compared with by default.
+T20_MEMORY_GIB = 32
 HOOK = "mmgcu.rehearsal.hook"
 #: Dataset wrappers whose inner dataset the rehearsal reads (the first one of a concat).
 WRAPPERS = ("RepeatDataset", "ClassBalancedDataset", "ConcatDataset", "MultiImageMixDataset")
@@ -92,7 +94,10 @@ def _scaled(value, factor: float):
     return value
 
 
-def shrink(node: Any, factor: float, keys=("scale", "crop_size", "size", "stride")) -> Any:
+SIZE_KEYS = ("scale", "scales", "img_scale", "max_size", "crop_size", "size", "stride")
+
+
+def shrink(node: Any, factor: float, keys=SIZE_KEYS) -> Any:
     """Every crop size, resize scale and sliding window below ``node`` times ``factor``
     (``node``: a pipeline, a data preprocessor or a ``test_cfg``)."""
     if factor == 1.0:
@@ -148,15 +153,27 @@ def drop_missing_weights(node: Any, found: List[str], where: str = "model") -> A
 
 
 def synthetic_dataset(dataset: dict, data_root: str, split: str) -> dict:
-    """The config's own dataset class and pipeline, reading the synthetic ``split``."""
-    inner = copy.deepcopy(inner_dataset(dataset))
-    inner.update(
+    """``dataset`` with each dataset it reads (itself, or those a wrapper holds) reading the
+    synthetic ``split`` through its own class and pipeline; wrappers are kept (their own
+    pipelines too), a repeat once."""
+    dataset = copy.deepcopy(dataset)
+    if dataset.get("type") in WRAPPERS:
+        if "dataset" in dataset:
+            dataset["dataset"] = synthetic_dataset(dataset["dataset"], data_root, split)
+        if "datasets" in dataset:
+            dataset["datasets"] = [
+                synthetic_dataset(d, data_root, split) for d in dataset["datasets"]
+            ]
+        if "times" in dataset:
+            dataset["times"] = 1
+        return dataset
+    dataset.update(
         data_root=data_root,
         data_prefix=dict(img_path=f"img_dir/{split}", seg_map_path=f"ann_dir/{split}"),
         ann_file=f"{split}.txt",
     )
-    inner.pop("indices", None)
-    return inner
+    dataset.pop("indices", None)
+    return dataset
 
 
 def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -185,16 +202,25 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
             continue
         loader = dict(loader)
         dataset = synthetic_dataset(loader["dataset"], data_root, SPLITS[name])
-        dataset["pipeline"] = shrink(dataset.get("pipeline", []), factor)
-        loader["dataset"] = dataset
+        loader["dataset"] = shrink(dataset, factor)
         loader.update(num_workers=0, persistent_workers=False)
         out[name] = loader
+    loop = (out.get("train_cfg") or {}).get("type", "IterBasedTrainLoop")
+    if "Iter" not in str(loop):
+        notes.append(
+            f"schedule: {loop} replaced by IterBasedTrainLoop for {iters} iteration(s); "
+            "schedulers stepped by epoch do not step"
+        )
     out["train_cfg"] = dict(type="IterBasedTrainLoop", max_iters=iters, val_interval=iters)
     if out.get("val_dataloader") and not out.get("val_cfg"):
         out["val_cfg"] = dict(type="ValLoop")
     hooks = dict(out.get("default_hooks") or {})
     checkpoint = dict(hooks.get("checkpoint") or dict(type="CheckpointHook"))
     checkpoint.update(by_epoch=False, interval=iters, save_best=None, max_keep_ckpts=-1)
+    # In the work dir under its usual name: not the user's checkpoint store (out_dir, a
+    # remote backend), which the rehearsal must not write to.
+    for key in ("out_dir", "filename_tmpl", "backend_args", "file_client_args"):
+        checkpoint.pop(key, None)
     hooks["checkpoint"] = checkpoint
     logger = dict(hooks.get("logger") or dict(type="LoggerHook"))
     logger.update(interval=1)
@@ -208,5 +234,10 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     imports["imports"] = names + [HOOK]
     out["custom_imports"] = imports
     out["randomness"] = dict(out.get("randomness") or {}, seed=0)
+    if out.get("visualizer"):  # local files only: no experiment tracker is reached
+        out["visualizer"] = dict(out["visualizer"], vis_backends=[dict(type="LocalVisBackend")])
+    out.pop("vis_backends", None)
     out["resume"] = False
-    return out, dict(crop=crop, image_side=side, factor=factor, notes=notes)
+    has_val = bool(out.get("val_dataloader") and out.get("val_evaluator"))
+    changes = dict(crop=crop, config_crop=crop_of(cfg), image_side=side, factor=factor)
+    return out, dict(changes, notes=notes, has_val=has_val)

@@ -84,35 +84,51 @@ def fix_for(message: str, card_ops: List[dict] = ()) -> Optional[str]:
 
 #: torchrun's prefix on a worker's lines (torch 2's ``[rank1]: ``).
 _RANK_PREFIX = re.compile(r"^\[(?:default)?(?:rank)?\d+\]:\s?")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
+def _by_rank(log: str) -> List[Tuple[str, str]]:
+    """``(rank prefix or '', line)`` for each line of a job's log."""
+    out = []
+    for raw in log.splitlines():
+        found = _RANK_PREFIX.match(raw)
+        out.append((found.group(0).strip(), raw[found.end() :]) if found else ("", raw))
+    return out
 
 
 def first_error(log: str) -> Optional[str]:
-    """The first exception in a job's log (the last line of its first traceback), or the
-    message mmgcu's excepthook printed in its place (after a blank line, alone or under
-    the exception's own line); None when the log has neither."""
-    lines = [_RANK_PREFIX.sub("", line) for line in log.splitlines()]
-    for i, line in enumerate(lines):
-        if line.startswith("mmgcu: ") and i > 0 and "stops: rank 0 says why" not in line:
-            if not lines[i - 1].strip():
+    """The first exception in a job's log (the last line of its first traceback, read
+    among the lines of the same rank where torchrun marks them), or the message mmgcu's
+    excepthook printed in its place (``mmgcu: ...`` after a blank line, alone or under the
+    exception's own line); None when the log has neither."""
+    lines = _by_rank(log)
+    for i, (who, line) in enumerate(lines):
+        if line.startswith("mmgcu: ") and "stops: rank 0 says why" not in line:
+            before = [text for rank, text in lines[max(0, i - 2) : i] if rank == who]
+            if before and not before[-1].strip():
                 return line
-            if i > 1 and not lines[i - 2].strip() and not lines[i - 1].startswith(" "):
-                return f"{lines[i - 1]}\n{line}"
+            if len(before) == 2 and not before[0].strip() and _EXCEPTION.match(before[1]):
+                return f"{before[1]}\n{line}"
         if line.startswith("Traceback (most recent call last)"):
-            j = i + 1
-            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
-                j += 1
-            if j < len(lines):
-                return lines[j].strip()
-    for line in lines:  # no traceback: a rank killed (torchrun's summary says how)
+            for rank, text in lines[i + 1 :]:
+                if rank == who and text.strip() and not text.startswith(" "):
+                    return text.strip()
+    for _, line in lines:  # no traceback: a rank killed (torchrun's summary says how)
         if re.search(r"exitcode\s*:\s*-9\b", line):
             return (
                 "a rank was killed by SIGKILL with no traceback (exitcode -9): most likely "
                 "the kernel's out-of-memory killer, since simulated cards are host memory"
             )
-    for line in lines:
+    for _, line in lines:
         if "ChildFailedError" in line or "exitcode" in line:
             return line.strip()
     return None
+
+
+def in_wrap_model(log: str) -> bool:
+    """Whether a rank that left no record failed in the runner's ``wrap_model`` (the model
+    built, then put on its card and wrapped in DDP), rather than building the model."""
+    return re.search(r", in wrap_model\b", log) is not None
 
 
 def read_ranks(work_dir: str, stage: str) -> Dict[int, dict]:
@@ -140,38 +156,50 @@ def phases_of(
     iters: int,
     device: str,
     checkpoint: Optional[str],
+    has_val: bool = True,
 ) -> List[dict]:
-    """Each phase, passed or not, in order; the phases after a failed one are not run."""
+    """Each phase in the order a job runs them (the checkpoint of the last iteration is
+    saved before its validation), passed, failed, skipped or not run after a failure."""
     every = [train.get(r, {}) for r in range(cards)]
-    results = [
+    devices = [r.get("param_devices") for r in every]
+    later = [resume.get(r, {}) for r in range(cards)]
+    checks = [
         ("build", all(_done(r, "build") for r in every), None),
         (
             "placement",
-            all(r.get("param_devices") == [f"{device}:{i}"] for i, r in enumerate(every)),
-            "parameters on " + ", ".join(str(r.get("param_devices")) for r in every),
+            devices == [[f"{device}:{i}"] for i in range(cards)],
+            "parameters on " + ", ".join(str(d) for d in devices),
         ),
-        ("wrap", all(r.get("wrapper") for r in every), every[0].get("wrapper")),
+        (
+            "wrap",
+            all(r.get("wrapped") or cards == 1 for r in every),
+            every[0].get("wrapper"),
+        ),
         (
             "train",
-            all(len(r.get("iterations", ())) == iters and _done(r, "train") for r in every),
+            all(len(r.get("iterations", ())) == iters for r in every),
             f"{iters} iteration(s)",
         ),
-        ("val", any(_done(r, "val") for r in every), None),
         ("save", bool(checkpoint and osp.isfile(checkpoint)), checkpoint),
+        ("val", None if not has_val else any(_done(r, "val") for r in every), None),
         (
             "resume",
             all(
-                r.get("resumed_from") == iters and len(r.get("iterations", ())) == 1
-                for r in (resume.get(i, {}) for i in range(cards))
+                r.get("resumed_from") == iters and len(r.get("iterations", ())) == 1 for r in later
             ),
             f"from iteration {iters}, one more",
         ),
     ]
     out, failed = [], False
-    for name, ok, detail in results:
-        status = "not run" if failed else ("passed" if ok else "failed")
-        failed = failed or not ok
-        out.append(dict(name=name, status=status, detail=detail if ok else None))
+    for name, ok, detail in checks:
+        if failed:
+            status = "not run"
+        elif ok is None:
+            status = "skipped"
+        else:
+            status = "passed" if ok else "failed"
+        failed = failed or ok is False
+        out.append(dict(name=name, status=status, detail=detail if status != "not run" else None))
     return out
 
 
@@ -237,7 +265,8 @@ def format_report(report: dict) -> str:
         f"mmgcu rehearse {report['config']}: {report['cards']} simulated {report['hardware']} "
         f"card(s) (torch_gcu {'1.x' if report['api'] == 'gcu1' else '2.x'}, torch "
         f"{report['torch']}), {report['iters']} iteration(s), scale {report['scale']} "
-        f"(crop {report['crop'][0]}x{report['crop'][1]})",
+        f"(crop {report['crop'][0]}x{report['crop'][1]} for the config's "
+        f"{report['config_crop'][0]}x{report['config_crop'][1]})",
     ]
     out += [f"  note: {n}" for n in report.get("notes", [])]
     for p in report["phases"]:
@@ -251,8 +280,11 @@ def format_report(report: dict) -> str:
     s = report.get("summary") or {}
     if s.get("cards"):
         memory = s["card_memory_bytes"]
+        # at small crops the peak is the small job's: it says nothing of the real crop
+        small = report["scale"] == "small" and report["crop"] != report.get("config_crop")
         for c in s["cards"] if s["peak_bytes"] else ():
             verdict = "fits" if c["fits"] else "DOES NOT FIT"
+            verdict += " (at the small crop; --scale real for the config's)" if small else ""
             out.append(
                 f"  card {c['card']} (rank {c['rank']}): peak {_gib(c['peak_bytes'])} of "
                 f"{_gib(memory)}: {verdict}"

@@ -21,8 +21,7 @@ from ..device.cards import HARDWARE, SIMULATE_ENV
 from . import data, plan, report
 
 GIB = report.GIB
-#: A T20 card's memory.
-T20_MEMORY_GIB = 32
+T20_MEMORY_GIB = plan.T20_MEMORY_GIB
 MARK = "rehearsal.json"
 
 
@@ -32,8 +31,13 @@ def _options(cfg_options: Optional[Dict[str, object]]) -> List[str]:
     return ["--cfg-options"] + [f"{k}={v}" for k, v in cfg_options.items()]
 
 
-def prepare_work_dir(work_dir: str) -> None:
-    """An empty work dir: a previous rehearsal's is cleared, anything else is refused."""
+def prepare_work_dir(work_dir: str, config: str) -> None:
+    """An empty work dir: an earlier rehearsal's is cleared, anything else is refused."""
+    if osp.abspath(config).startswith(osp.join(osp.abspath(work_dir), "")):
+        raise ValueError(
+            f"the config {config} is inside the work dir {work_dir}, which the "
+            "rehearsal clears: give --work-dir another folder"
+        )
     if osp.isdir(work_dir) and os.listdir(work_dir):
         if not osp.isfile(osp.join(work_dir, MARK)):
             raise ValueError(
@@ -44,11 +48,15 @@ def prepare_work_dir(work_dir: str) -> None:
     os.makedirs(work_dir, exist_ok=True)
 
 
+#: What would make the rehearsal's torchrun join another job's rendezvous: it runs alone.
+MULTI_NODE_VARS = ("NNODES", "NODE_RANK", "MASTER_ADDR", "PORT")
+
+
 def _launch(
     config: str, work_dir: str, cards: int, hardware: str, extra: List[str], log: str
 ) -> int:
     """One torchrun job of stock train.py on simulated cards; its output goes to ``log``."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in MULTI_NODE_VARS}
     env[SIMULATE_ENV] = f"{hardware}:{cards}"
     env.pop("MMGCU_SIMULATE_API", None)
     env.pop("MMGCU_SIMULATE_NOTICE", None)
@@ -60,6 +68,15 @@ def _launch(
         return subprocess.call(
             command, env=launch.worker_env(env), stdout=f, stderr=subprocess.STDOUT
         )
+
+
+def last_checkpoint(work_dir: str) -> Optional[str]:
+    """The checkpoint the job saved last (mmengine's ``last_checkpoint`` file names it)."""
+    try:
+        with open(osp.join(work_dir, "last_checkpoint")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def rehearse(
@@ -75,7 +92,9 @@ def rehearse(
 ) -> dict:
     """Rehearse ``config`` on ``cards`` simulated cards of ``hardware`` ('t20': torch_gcu
     1.x; 's60': 2.x) and return the report (also written as ``rehearsal.json`` in the work
-    dir). ``echo`` receives one line per step as it happens."""
+    dir). ``cfg_options`` are merged as train.py's ``--cfg-options`` are (so a
+    ``custom_imports`` among them is not imported, as in a real job). ``echo`` receives one
+    line per step as it happens."""
     import torch
     from mmengine.config import Config
 
@@ -88,7 +107,7 @@ def rehearse(
     config = launch.resolve_config(config)
     stem = osp.splitext(osp.basename(config))[0]
     work_dir = osp.abspath(work_dir or osp.join("work_dirs", f"{stem}_rehearsal"))
-    prepare_work_dir(work_dir)
+    prepare_work_dir(work_dir, config)
     api = HARDWARE[hardware][0]
     result = dict(
         config=config,
@@ -103,6 +122,7 @@ def rehearse(
         logs=[],
         notes=[],
         crop=[0, 0],
+        config_crop=[0, 0],
         phases=[],
         error=None,
         summary={},
@@ -115,35 +135,56 @@ def rehearse(
             fix = report.fix_for(message, ops)
             result["error"] = dict(phase=phase, message=message, fix=fix)
         result["passed"] = not result["error"] and all(
-            p["status"] == "passed" for p in result["phases"]
+            p["status"] in ("passed", "skipped") for p in result["phases"]
         )
         write_text_atomically(result["json"], json.dumps(result, indent=1))
         return result
 
+    def fail_early(message: str) -> dict:
+        result["phases"] = [dict(name="build", status="failed", detail=None)]
+        return finish("build", message)
+
+    finish()  # the mark of a rehearsal's work dir, from the start
     problem = preflight.config_problem(config, _options(cfg_options))
     if problem:
-        result["phases"] = [dict(name="build", status="failed", detail=None)]
-        return finish("build", problem)
-    cfg = Config.fromfile(config)
+        return fail_early(problem)
+    try:
+        cfg = Config.fromfile(config)
+    except Exception as e:  # every rank would fail on it the same way
+        return fail_early(f"{type(e).__name__}: {e}")
+    imports = cfg.get("custom_imports")
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+        cfg.custom_imports = imports  # train.py imports only the file's
     data_root = osp.join(work_dir, "data")
     derived, changes = plan.derive(cfg, data_root, iters, scale)
     result["crop"] = list(changes["crop"])
+    result["config_crop"] = list(changes["config_crop"])
     result["notes"] = changes["notes"]
     batch = int(derived["train_dataloader"].get("batch_size", 1))
-    facts = data.write_dataset(
+    written = data.write_dataset(
         data_root,
         derived["train_dataloader"]["dataset"],
+        "train",
+        cards * batch,
         changes["image_side"],
-        train=cards * batch,
-        val=cards,
-        classes=data.head_classes(derived["model"]),
+        derived["model"],
     )
+    if changes["has_val"]:
+        data.write_dataset(
+            data_root,
+            derived["val_dataloader"]["dataset"],
+            "val",
+            cards,
+            changes["image_side"],
+            derived["model"],
+            seed=1,
+        )
     result["notes"].append(
-        f"data: synthetic {facts['type']} ({facts['labels']} labels, "
-        f"{facts['image_side']} px images, {facts['train']} train / {facts['val']} val) "
-        "through the config's own pipelines; data loaders with num_workers=0"
+        f"data: synthetic {written['type']} ({written['labels']} labels, ignore index "
+        f"{written['ignore_index']}, {written['image_side']} px images, {written['count']} "
+        f"train / {cards if changes['has_val'] else 0} val) through the config's own "
+        "pipelines; data loaders with num_workers=0"
     )
     for note in result["notes"]:
         echo(f"note: {note}")
@@ -154,28 +195,35 @@ def rehearse(
     logs = [osp.join(work_dir, "train.log"), osp.join(work_dir, "resume.log")]
     result["logs"] = logs
     start = time.time()
-    echo(f"train: {cards} card(s), {iters} iteration(s), validation, checkpoint ({logs[0]})")
-    code = _launch(rehearsal_config, work_dir, cards, hardware, [], logs[0])
+    echo(f"train: {cards} card(s), {iters} iteration(s), checkpoint, validation ({logs[0]})")
+    codes = [_launch(rehearsal_config, work_dir, cards, hardware, [], logs[0])]
     result["seconds"] = dict(train=round(time.time() - start, 1))
-    checkpoint = osp.join(work_dir, f"iter_{iters}.pth")
+    checkpoint = last_checkpoint(work_dir)
     resumed: Dict[int, dict] = {}
-    if code == 0 and osp.isfile(checkpoint):
+    if codes[0] == 0 and checkpoint:
         start = time.time()
         echo(f"resume: from iteration {iters}, one more ({logs[1]})")
-        extra = ["--resume", "--cfg-options", f"train_cfg.max_iters={iters + 1}"]
-        extra.append(f"train_cfg.val_interval={10 * (iters + 1)}")
-        resume_code = _launch(rehearsal_config, work_dir, cards, hardware, extra, logs[1])
+        extra = ["--resume", "--cfg-options", f"load_from={checkpoint}"]
+        extra += [f"train_cfg.max_iters={iters + 1}", f"train_cfg.val_begin={iters + 2}"]
+        codes.append(_launch(rehearsal_config, work_dir, cards, hardware, extra, logs[1]))
         result["seconds"]["resume"] = round(time.time() - start, 1)
         resumed = report.read_ranks(work_dir, "resume")
-    else:
-        resume_code = None
     trained = report.read_ranks(work_dir, "train")
-    result["phases"] = report.phases_of(trained, resumed, cards, iters, device, checkpoint)
+    result["phases"] = report.phases_of(
+        trained, resumed, cards, iters, device, checkpoint, changes["has_val"]
+    )
     result["summary"] = report.summarise(trained, resumed, cards, int(card_memory_gib * GIB))
-    failed = next((p["name"] for p in result["phases"] if p["status"] == "failed"), None)
-    if failed is None:
+    failed = next((p for p in result["phases"] if p["status"] == "failed"), None)
+    if failed is None and all(code == 0 for code in codes):
         return finish()
-    log = logs[1] if failed == "resume" and resume_code is not None else logs[0]
+    log = logs[len(codes) - 1] if failed is None or failed["name"] == "resume" else logs[0]
     with open(log) as f:
-        message = report.first_error(f.read())
-    return finish(failed, message or f"exit status {code if failed != 'resume' else resume_code}")
+        text = f.read()
+    if failed is not None and failed["name"] == "build" and report.in_wrap_model(text):
+        # the runner built the model and failed putting it on the card or wrapping it
+        result["phases"][0]["status"] = "passed"
+        failed = result["phases"][1]
+        failed["status"] = "failed"
+    message = report.first_error(text) or (failed or {}).get("detail")
+    name = failed["name"] if failed else "end"
+    return finish(name, message or f"exit status {codes[-1]}")

@@ -1,7 +1,5 @@
 """The rehearsal's config: offline data, local weights only, a short schedule, small crops."""
 
-import os.path as osp
-
 from mmengine.config import Config
 
 from mmgcu.rehearsal.plan import SMALL_SIDE, derive
@@ -34,7 +32,9 @@ def stock_like(**model):
             ),
             val_dataloader=dict(batch_size=1, dataset=dict(dataset, pipeline=PIPELINE[:2])),
             train_cfg=dict(type="IterBasedTrainLoop", max_iters=80000, val_interval=8000),
-            default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=8000)),
+            default_hooks=dict(
+                checkpoint=dict(type="CheckpointHook", interval=8000, out_dir="s3://team/ckpt")
+            ),
             custom_imports=dict(imports=["mmgcu"]),
         )
     )
@@ -47,7 +47,7 @@ def test_small_scale_shrinks_every_input_size_and_no_layer():
     assert out["model"]["data_preprocessor"]["size"] == (SMALL_SIDE, SMALL_SIDE)
     assert out["model"]["test_cfg"]["crop_size"] == (SMALL_SIDE, SMALL_SIDE)
     assert out["model"]["test_cfg"]["stride"] == (round(341 * factor),) * 2
-    steps = {s["type"]: s for s in out["train_dataloader"]["dataset"]["pipeline"]}
+    steps = {s["type"]: s for s in out["train_dataloader"]["dataset"]["dataset"]["pipeline"]}
     assert steps["RandomResize"]["scale"] == (512, 128)
     assert steps["RandomResize"]["ratio_range"] == (0.5, 2.0)
     assert steps["RandomCrop"]["crop_size"] == (SMALL_SIDE, SMALL_SIDE)
@@ -82,14 +82,16 @@ def test_weights_are_kept_only_when_they_are_a_local_file(tmp_path):
 def test_data_schedule_and_hook():
     out, _ = derive(stock_like(depth=50), "/syn", iters=3, scale="small")
     train = out["train_dataloader"]
-    assert train["dataset"]["type"] == "ADE20KDataset"  # the wrapper's inner dataset
-    assert train["dataset"]["data_root"] == "/syn"
-    assert train["dataset"]["ann_file"] == "train.txt"
-    assert osp.join(train["dataset"]["data_prefix"]["img_path"]) == "img_dir/train"
+    assert train["dataset"]["type"] == "RepeatDataset" and train["dataset"]["times"] == 1
+    inner = train["dataset"]["dataset"]
+    assert inner["type"] == "ADE20KDataset" and inner["data_root"] == "/syn"
+    assert inner["ann_file"] == "train.txt"
+    assert inner["data_prefix"]["img_path"] == "img_dir/train"
     assert train["num_workers"] == 0 and train["batch_size"] == 4
     assert out["val_dataloader"]["dataset"]["ann_file"] == "val.txt"
     assert out["train_cfg"] == dict(type="IterBasedTrainLoop", max_iters=3, val_interval=3)
     assert out["default_hooks"]["checkpoint"]["interval"] == 3
+    assert "out_dir" not in out["default_hooks"]["checkpoint"]
     assert out["default_hooks"]["logger"]["interval"] == 1
     assert out["custom_hooks"][-1] == dict(type="RehearsalHook")
     assert out["custom_imports"]["imports"] == ["mmgcu", "mmgcu.rehearsal.hook"]

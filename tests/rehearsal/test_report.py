@@ -24,6 +24,20 @@ def test_first_error_is_the_first_traceback_of_any_rank():
     )
 
 
+def test_first_error_follows_the_rank_whose_traceback_comes_first():
+    log = "\n".join(
+        [
+            "[rank1]: Traceback (most recent call last):",
+            "[rank0]: 11/26 - mmengine - INFO - Iter(train) [1/2]",
+            '[rank1]:   File "train.py", line 104, in <module>',
+            "[rank1]: KeyError: 'mIoU'",
+        ]
+    )
+    assert first_error(log) == "KeyError: 'mIoU'"
+    warning = f"{NOTICE}\n\nUserWarning: something\nmmgcu: the watchdog says hi\n"
+    assert first_error(warning) is None
+
+
 def test_first_error_takes_mmgcus_own_message_in_place_of_a_traceback():
     gcu_error = f"{NOTICE}\n\nmmgcu: 12 processes, one per card, but this node has 8\n"
     assert first_error(gcu_error) == "mmgcu: 12 processes, one per card, but this node has 8"
@@ -64,6 +78,7 @@ def rank(index, stage_iters=2, resumed_from=None, **extra):
         phases=phases,
         param_devices=[f"xla:{index}"],
         wrapper="GCU1DistributedDataParallel",
+        wrapped=True,
         iterations=[
             dict(iter=i + 1, host_reads=1, graph_runs=1, seconds=0.5) for i in range(stage_iters)
         ],
@@ -89,6 +104,22 @@ def test_phases_stop_at_the_first_failure(tmp_path):
     short = {0: rank(0, 1), 1: rank(1, 1)}
     statuses = [p["status"] for p in phases_of(short, {}, 2, 2, "xla", None)]
     assert statuses == ["passed"] * 3 + ["failed"] + ["not run"] * 3
+    unwrapped = {0: dict(rank(0), wrapped=False), 1: dict(rank(1), wrapped=False)}
+    phases = phases_of(unwrapped, {}, 2, 2, "xla", str(checkpoint))
+    assert phases[2] == dict(name="wrap", status="failed", detail="GCU1DistributedDataParallel")
+
+
+def test_a_config_without_validation_skips_it(tmp_path):
+    checkpoint = tmp_path / "iter_2.pth"
+    checkpoint.write_bytes(b"x")
+    train = {r: dict(rank(r), phases=[dict(name="build"), dict(name="train")]) for r in (0, 1)}
+    resume = {0: rank(0, 1, 2), 1: rank(1, 1, 2)}
+    phases = phases_of(train, resume, 2, 2, "xla", str(checkpoint), has_val=False)
+    assert [(p["name"], p["status"]) for p in phases][4:] == [
+        ("save", "passed"),
+        ("val", "skipped"),
+        ("resume", "passed"),
+    ]
 
 
 def test_the_text_names_each_phase_and_the_verdict():
@@ -103,6 +134,7 @@ def test_the_text_names_each_phase_and_the_verdict():
             iters=2,
             scale="small",
             crop=[128, 128],
+            config_crop=[512, 512],
             notes=["pretrained weights not found locally"],
             phases=phases + [dict(name="val", status="failed", detail=None)],
             error=dict(phase="val", message="KeyError: 'mIoU'", fix=None),
