@@ -22,8 +22,14 @@ from typing import Any, Dict, List, Optional, Tuple
 #: The largest crop side at ``scale='small'``: a step in seconds on a CPU, and deep enough
 #: for an output stride of 32.
 SMALL_SIDE = 128
-#: Backbones whose relative position tables are sized by the input: their crop is kept.
-FIXED_INPUT = {"BEiT": "BEiT's relative position tables", "MAE": "MAE's position tables"}
+#: Layers sized for the config's input (a backbone's position tables, a head's fixed
+#: pooling window): their config's crop is kept.
+FIXED_INPUT = {
+    "BEiT": "BEiT's relative position tables are",
+    "MAE": "MAE's position tables are",
+    # lraspp_head.py: nn.AvgPool2d(kernel_size=49, stride=(16, 20)) on stride-8 features
+    "LRASPPHead": "LRASPP's 49 x 49 pooling window is",
+}
 DEFAULT_CROP = (512, 512)
 #: A T20 card's memory, what the peaks are compared with by default.
 T20_MEMORY_GIB = 32
@@ -78,10 +84,13 @@ def scale_factor(cfg, scale: str) -> Tuple[float, Optional[str]]:
     """The factor crops are multiplied by, and why the crop is kept when it is."""
     if scale == "real":
         return 1.0, None
-    backbone = (cfg.get("model", {}).get("backbone") or {}).get("type", "")
-    kind = str(backbone).split(".")[-1]
-    if kind in FIXED_INPUT:
-        return 1.0, f"the crop is kept: {FIXED_INPUT[kind]} are sized by it"
+    model = cfg.get("model", {})
+    heads = model.get("decode_head") or {}
+    parts = [model.get("backbone") or {}] + (list(heads) if isinstance(heads, list) else [heads])
+    for part in parts:
+        kind = str(part.get("type", "")).split(".")[-1]
+        if kind in FIXED_INPUT:
+            return 1.0, f"the crop is kept: {FIXED_INPUT[kind]} sized by it"
     return min(1.0, SMALL_SIDE / max(crop_of(cfg))), None
 
 

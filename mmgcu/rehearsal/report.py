@@ -104,15 +104,19 @@ def first_error(log: str) -> Optional[str]:
     lines = _by_rank(log)
     for i, (who, line) in enumerate(lines):
         if line.startswith("mmgcu: ") and "stops: rank 0 says why" not in line:
-            before = [text for rank, text in lines[max(0, i - 2) : i] if rank == who]
+            # a blank line carries no rank prefix: it belongs to any rank
+            before = [t for r, t in lines[max(0, i - 2) : i] if r == who or not t.strip()]
             if before and not before[-1].strip():
                 return line
             if len(before) == 2 and not before[0].strip() and _EXCEPTION.match(before[1]):
                 return f"{before[1]}\n{line}"
         if line.startswith("Traceback (most recent call last)"):
-            for rank, text in lines[i + 1 :]:
-                if rank == who and text.strip() and not text.startswith(" "):
-                    return text.strip()
+            found = next(
+                (t for r, t in lines[i + 1 :] if r == who and t.strip() and not t.startswith(" ")),
+                "",
+            )
+            if found and "ChildFailedError" not in found:  # not torchrun's own summary
+                return found.strip()
     for _, line in lines:  # no traceback: a rank killed (torchrun's summary says how)
         if re.search(r"exitcode\s*:\s*-9\b", line):
             return (

@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, Optional
 from ..checkpoint import write_text_atomically
 from ..cli import launch, preflight
 from ..device.cards import HARDWARE, SIMULATE_ENV
+from ..locks import LOCK_DIR_ENV
 from . import data, plan, report
 
 GIB = report.GIB
@@ -58,6 +59,9 @@ def _launch(
     """One torchrun job of stock train.py on simulated cards; its output goes to ``log``."""
     env = {k: v for k, v in os.environ.items() if k not in MULTI_NODE_VARS}
     env[SIMULATE_ENV] = f"{hardware}:{cards}"
+    # Simulated cards are this rehearsal's own: their locks too (a real job's card locks,
+    # or another rehearsal's, are no business of theirs).
+    env[LOCK_DIR_ENV] = osp.join(work_dir, "card-locks")
     env.pop("MMGCU_SIMULATE_API", None)
     env.pop("MMGCU_SIMULATE_NOTICE", None)
     command = [sys.executable, "-m", "torch.distributed.run"]

@@ -62,7 +62,10 @@ def test_real_scale_and_position_tables_keep_the_crop():
     beit.model.backbone = dict(type="BEiT", img_size=(512, 512))
     out, changes = derive(beit, "/syn", iters=2, scale="small")
     assert changes["crop"] == (512, 512)
-    assert any("BEiT's relative position tables" in n for n in changes["notes"])
+    assert any("BEiT's relative position tables are sized by it" in n for n in changes["notes"])
+    lraspp = stock_like()
+    lraspp.model.decode_head = dict(type="LRASPPHead")
+    assert derive(lraspp, "/syn", iters=2, scale="small")[1]["crop"] == (512, 512)
 
 
 def test_weights_are_kept_only_when_they_are_a_local_file(tmp_path):

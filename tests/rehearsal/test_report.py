@@ -41,6 +41,8 @@ def test_first_error_follows_the_rank_whose_traceback_comes_first():
 def test_first_error_takes_mmgcus_own_message_in_place_of_a_traceback():
     gcu_error = f"{NOTICE}\n\nmmgcu: 12 processes, one per card, but this node has 8\n"
     assert first_error(gcu_error) == "mmgcu: 12 processes, one per card, but this node has 8"
+    prefixed = f"{NOTICE}\n\n[rank1]: mmgcu: card 0 of vm is in use by another running job\n"
+    assert first_error(prefixed) == "mmgcu: card 0 of vm is in use by another running job"
     collective = (
         f"{NOTICE}\n\nRuntimeError: ProcessGroupGloo::allreduce: unsupported device type xla\n"
         "mmgcu: mmdet/utils/dist_utils.py:20 (reduce_mean) calls torch.distributed's ...\n"
@@ -50,7 +52,11 @@ def test_first_error_takes_mmgcus_own_message_in_place_of_a_traceback():
     assert message.startswith("RuntimeError: ProcessGroupGloo::allreduce")
     assert message.endswith("(reduce_mean) calls torch.distributed's ...")
     assert first_error(f"{NOTICE}\nall well\n") is None
-    killed = first_error(f"{NOTICE}\n  exitcode  : -9 (pid: 7702)  (SIGKILL)\n")
+    torchrun = (
+        'Traceback (most recent call last):\n  File "run.py", line 723\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    )
+    killed = first_error(f"{NOTICE}\n{torchrun}  exitcode  : -9 (pid: 7702)  (SIGKILL)\n")
     assert killed.startswith("a rank was killed by SIGKILL with no traceback (exitcode -9)")
     assert "fewer --cards" in fix_for(killed)
 

@@ -1,0 +1,79 @@
+"""``make zoo``'s own logic, without rehearsing (an hour on 2 cores): the family list, the
+table of both legs, which failures it puts outside mmgcu and how it compares losses."""
+
+import json
+import os
+import sys
+
+from tests.conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+import zoo  # noqa: E402
+
+
+def test_every_family_names_a_stock_config_of_mmseg():
+    import mmseg
+
+    root = os.path.join(os.path.dirname(mmseg.__file__), ".mim", "configs")
+    for family, (config, needs) in zoo.FAMILIES.items():
+        assert os.path.isfile(os.path.join(root, config)), family
+        assert config.split("/")[0] == family
+        assert needs in (None, "mmpretrain", "mmdet")
+    assert os.path.isfile(os.path.join(REPO, zoo.DINOV2[1]))
+    assert not set(zoo.LEFT_OUT) & set(zoo.FAMILIES)
+
+
+def row(family, result="passed", losses=(1.0, 2.0), **extra):
+    fields = dict(family=family, config=f"{family}/{family}.py", result=result, seconds=10.0)
+    fields.update(losses=list(losses), phase=None, reason=None, fix=None)
+    fields.update(extra)
+    return fields
+
+
+def test_the_table_compares_losses_and_names_who_fails(tmp_path):
+    main = [
+        row("fcn"),
+        row("drift", losses=(1.0, 2.001)),
+        row("bisenetv2", losses=(10.08398, 13.84599), amp="float16"),
+        row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
+        row("mask2former"),
+        row("dinov2", "not run", (), reason=zoo.WHY_NOT_HERE["mmpretrain"]),
+        row("dcn", "failed", (), phase="train", reason="RuntimeError: x_impl", fix="do y"),
+    ]
+    t20 = [
+        row("fcn"),
+        row("drift"),
+        row("bisenetv2", losses=(10.08365, 13.82712), amp="float16"),
+        row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
+        row(
+            "mask2former",
+            "failed",
+            (),
+            phase="train",
+            reason="RuntimeError: ProcessGroupGloo::allreduce: unsupported device type xla",
+        ),
+        row("dinov2", changed="1 image per card"),
+        row("dcn"),
+    ]
+    paths = []
+    for leg, rows in (("main", main), ("t20", t20)):
+        path = tmp_path / f"{leg}.json"
+        path.write_text(json.dumps(dict(leg=leg, label=zoo.LEGS[leg][1], rows=rows)))
+        paths.append(str(path))
+    out = tmp_path / "zoo.md"
+    assert zoo.main(["table", *paths, "--out", str(out)]) == 0
+    text = out.read_text()
+    lines = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert lines["fcn"].endswith("| yes |")
+    assert lines["drift"].endswith("| **no** |")  # 5e-4 apart
+    assert lines["bisenetv2"].endswith("| within 1e-2 (AMP) |")
+    assert "| fails in mmseg (train) | fails in mmseg (train) |" in lines["cgnet"]
+    assert "| passed (10 s) | torch_gcu 1.x limit (train) |" in lines["mask2former"]
+    assert "| not run | passed (10 s) |" in lines["dinov2"]
+    assert "| **failed** (train) | passed (10 s) |" in lines["dcn"]
+    assert "Outside mmgcu (fails in mmseg): mmseg 1.2.2's CrossEntropyLoss" in text
+    assert "Outside mmgcu (torch_gcu 1.x limit):" in text
+    assert "  Fix: do y" in text
+    assert "no torchvision build matches torch 2.13" in text
+    assert "- **dinov2**: 1 image per card" in text
