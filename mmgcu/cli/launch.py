@@ -23,7 +23,6 @@ import os
 import os.path as osp
 import socket
 import sys
-import uuid
 from typing import Dict, List, Optional, Tuple
 
 HERE = osp.dirname(osp.abspath(__file__))
@@ -207,8 +206,10 @@ def rendezvous(env: Dict[str, str], torch: Optional[str] = None) -> List[str]:
     One node without PORT gets a rendezvous of its own. torch 2's ``--standalone`` takes a
     free port, but torch 1.x's always uses localhost:29400, so a second job on other cards
     of the node joined the first one's store and died with it ("failed to send a
-    keep-alive heartbeat to the rendezvous"). There the launcher picks a free port and
-    hosts the store on it.
+    keep-alive heartbeat to the rendezvous"). There the launcher picks a free port for a
+    static rendezvous, whose store this launcher hosts. Not torch 1.10's c10d rendezvous:
+    its launcher can hang after the workers have ended, or fail with "MemoryError:
+    std::bad_alloc", in the store's compare_set as it closes the rendezvous.
     """
     nnodes, node_rank = env.get("NNODES", "1"), env.get("NODE_RANK", "0")
     if not nnodes.isdigit() or int(nnodes) < 1:
@@ -220,10 +221,9 @@ def rendezvous(env: Dict[str, str], torch: Optional[str] = None) -> List[str]:
             return ["--standalone"]
         return [
             "--nnodes=1",
-            "--rdzv_backend=c10d",
-            f"--rdzv_endpoint=127.0.0.1:{free_port()}",
-            f"--rdzv_id={uuid.uuid4().hex}",
-            "--rdzv_conf=is_host=true",
+            "--node_rank=0",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
         ]
     if int(nnodes) > 1 and not env.get("MASTER_ADDR"):
         raise LaunchError(
