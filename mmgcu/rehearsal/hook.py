@@ -135,6 +135,12 @@ class RehearsalHook(Hook):
         self._mark = self._counters()
         self._write(runner)
 
+    def _peak(self) -> None:
+        """This card's peak bytes so far (a host number), kept should a later phase fail."""
+        if sim.is_installed() and self.report.get("card") is not None:
+            card = self.report["card"]
+            self.report["peak_bytes"] = int(sim.state.ext.max_memory_allocated(card))
+
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         now = self._counters()
         reads, graphs, clock = (a - b for a, b in zip(now, self._mark))
@@ -145,6 +151,7 @@ class RehearsalHook(Hook):
         self._losses.append(
             {k: v.detach() for k, v in (outputs or {}).items() if isinstance(v, torch.Tensor)}
         )
+        self._peak()
         if runner.iter + 1 >= runner.max_iters:
             # Read only now, after the last iteration was counted (and before the final
             # save and validation, which may fail).
@@ -160,7 +167,5 @@ class RehearsalHook(Hook):
         self._phase(runner, "val", metrics=metrics)
 
     def after_run(self, runner) -> None:
-        if sim.is_installed() and self.report.get("card") is not None:
-            card = self.report["card"]
-            self.report["peak_bytes"] = int(sim.state.ext.max_memory_allocated(card))
+        self._peak()
         self._phase(runner, "end")
