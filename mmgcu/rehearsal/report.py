@@ -111,8 +111,10 @@ def first_error(log: str) -> Optional[str]:
             if len(before) == 2 and not before[0].strip() and _EXCEPTION.match(before[1]):
                 return f"{before[1]}\n{line}"
         if line.startswith("Traceback (most recent call last)"):
+            # the first exception line after it: torch 1.10's torchrun does not mark its
+            # ranks' lines, so another rank's traceback or log may come in between
             found = next(
-                (t for r, t in lines[i + 1 :] if r == who and t.strip() and not t.startswith(" ")),
+                (t for r, t in lines[i + 1 :] if r == who and _EXCEPTION.match(t)),
                 "",
             )
             if found and "ChildFailedError" not in found:  # not torchrun's own summary

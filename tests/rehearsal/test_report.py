@@ -34,6 +34,17 @@ def test_first_error_follows_the_rank_whose_traceback_comes_first():
         ]
     )
     assert first_error(log) == "KeyError: 'mIoU'"
+    unmarked = "\n".join(  # torch 1.10: two ranks' tracebacks, no prefixes
+        [
+            "Traceback (most recent call last):",
+            '  File "train.py", line 104, in <module>',
+            "Traceback (most recent call last):",
+            "11/26 20:54:42 - mmengine - INFO - Checkpoints will be saved",
+            '  File "train.py", line 104, in <module>',
+            "IndexError: index 255 is out of bounds for dimension 0 with size 19",
+        ]
+    )
+    assert first_error(unmarked).startswith("IndexError: index 255 is out of bounds")
     warning = f"{NOTICE}\n\nUserWarning: something\nmmgcu: the watchdog says hi\n"
     assert first_error(warning) is None
 
