@@ -301,6 +301,12 @@ def format_report(report: dict) -> str:
                 f"  card reads per iteration: {reads['first']} in the first, {reads['later']} "
                 "after (a log line every iteration: 1 is one read per log line)"
             )
+        if (reads["later"] or 0) > 1:
+            out.append(
+                "  note: more than one card read per log line: each read waits for the card "
+                "(on torch_gcu 1.x it runs the pending lazy graph); the model's code reads "
+                "card values every iteration"
+            )
         if s.get("graph_runs_per_step") is not None:
             out.append(f"  lazy graph runs per step: {s['graph_runs_per_step']}")
         sync = s.get("sync_bn") or {}
@@ -325,9 +331,9 @@ def format_report(report: dict) -> str:
     out.append(
         "  verdict: "
         + (
-            "PASSED: launch it on the T20 with mmgcu train CONFIG"
+            f"PASSED: launch it on the {report['hardware']} with mmgcu train CONFIG"
             if report["passed"]
-            else "FAILED: fix the error above before the T20 sees this config"
+            else f"FAILED: fix the error above before the {report['hardware']} sees this config"
         )
     )
     return "\n".join(out)
