@@ -288,7 +288,10 @@ def table(args) -> int:
         "Losses are those of iterations 1 and 2 on rank 0, compared at 1e-4 (relative); in",
         "configs with AMP each leg halves the ops its own autocast lists (torch 2.13's for",
         "torch_gcu 2.x, torch 1.10's GPU policy for torch_gcu 1.x), with each torch's half",
-        "kernels, so those are compared at 1e-2.",
+        "kernels, so those are compared at 1e-2. Where a float32 row differs at iteration 2,",
+        "the two torch builds differ on the CPU alone: HRNet's rehearsal config trained on",
+        "the plain CPU (one process, no simulator; 2026-11-26) gave losses 1.857054 / 2.546101",
+        "/ 2.196454 on torch 2.13 and 1.857054 / 2.546244 / 2.202481 on torch 1.10.",
         "",
         "| family | config | "
         + " | ".join(leg["label"] for leg in legs)

@@ -297,9 +297,10 @@ def format_report(report: dict) -> str:
             )
         reads = s["host_reads_per_iter"]
         if reads["first"] is not None:
+            after = f", {reads['later']} after" if reads["later"] is not None else ""
             out.append(
-                f"  card reads per iteration: {reads['first']} in the first, {reads['later']} "
-                "after (a log line every iteration: 1 is one read per log line)"
+                f"  card reads per iteration: {reads['first']} in the first{after} (a log "
+                "line every iteration: 1 is one read per log line)"
             )
         if (reads["later"] or 0) > 1:
             out.append(

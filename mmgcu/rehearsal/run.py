@@ -20,6 +20,7 @@ from ..cli import launch, preflight
 from ..device.cards import HARDWARE, SIMULATE_ENV
 from ..locks import LOCK_DIR_ENV
 from . import data, plan, report
+from .hook import OUT_DIR
 
 GIB = report.GIB
 T20_MEMORY_GIB = plan.T20_MEMORY_GIB
@@ -192,7 +193,9 @@ def rehearse(
     )
     for note in result["notes"]:
         echo(f"note: {note}")
-    rehearsal_config = osp.join(work_dir, f"{stem}_rehearsal.py")
+    # Under rehearsal/: the runner dumps the config it ran into the work dir by its name.
+    rehearsal_config = osp.join(work_dir, OUT_DIR, f"{stem}_rehearsal.py")
+    os.makedirs(osp.dirname(rehearsal_config), exist_ok=True)
     Config(derived).dump(rehearsal_config)
 
     device = "xla" if api == "gcu1" else "gcu"
