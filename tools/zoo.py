@@ -88,6 +88,12 @@ OPTIONS = {
         "ended a rank at 10 GB)",
     ),
 }
+OPTIONS["mae"] = (
+    {"train_dataloader.batch_size": 1},
+    "1 image per card: at 2 (the config's), two ranks of MAE-B with AMP at 512 x 512 (its "
+    "crop, kept for its position tables) outgrow this host's 24 GiB on the T20 stack (the "
+    "kernel's OOM killer ended a rank)",
+)
 #: The project's own config for the field reports' backbone (T20 stack: mmpretrain).
 DINOV2 = ("dinov2", "configs/dinov2/upernet_dinov2-s14_8xgcu-80k_loveda-518x518.py", "mmpretrain")
 #: Families left out of the zoo, and why (not a fault of mmgcu's or a card's).
