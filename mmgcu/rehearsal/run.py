@@ -139,8 +139,10 @@ def rehearse(
             ops = (result["summary"] or {}).get("card_ops", [])
             fix = report.fix_for(message, ops)
             result["error"] = dict(phase=phase, message=message, fix=fix)
-        result["passed"] = not result["error"] and all(
-            p["status"] in ("passed", "skipped") for p in result["phases"]
+        result["passed"] = (
+            bool(result["phases"])
+            and not result["error"]
+            and all(p["status"] in ("passed", "skipped") for p in result["phases"])
         )
         write_text_atomically(result["json"], json.dumps(result, indent=1))
         return result
