@@ -5,7 +5,7 @@ torch_gcu. Each torch_gcu generation, CUDA and the CPU is one subclass; the runn
 one (:func:`mmgcu.device.select_accelerator`) and hands it to what it builds.
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -143,8 +143,25 @@ class Accelerator:
     def autocast(self, dtype: torch.dtype = torch.float16, enabled: bool = True):
         raise GCUError(f"mixed precision is not available on {self.kind} ({self.description})")
 
-    def grad_scaler(self, **kwargs):
+    #: What an overflowed AMP step does on this kind, the default first: ``'skip'`` (torch's
+    #: GradScaler: the optimizer does not step; deciding it reads the card once per step)
+    #: or ``'zero'`` (torch_gcu 1.x's ``use_zero_grad``: it steps with zero gradients, no read).
+    overflow_steps: Tuple[str, ...] = ()
+
+    def grad_scaler(self, overflow_step: Optional[str] = None, **kwargs):
+        """The kind's GradScaler; ``overflow_step`` one of :attr:`overflow_steps` (None: the
+        first). ``kwargs`` are GradScaler's (``init_scale``, ``growth_interval``, ...)."""
         raise GCUError(f"a GradScaler is not available on {self.kind} ({self.description})")
+
+    def _overflow_step(self, overflow_step: Optional[str]) -> str:
+        if overflow_step is None:
+            return self.overflow_steps[0]
+        if overflow_step not in self.overflow_steps:
+            raise GCUError(
+                f"optim_wrapper overflow_step={overflow_step!r} is not available on {self.kind} "
+                f"({self.description}): use one of {list(self.overflow_steps)}"
+            )
+        return overflow_step
 
     # -- the step ----------------------------------------------------------------------
     def optimizer_step(self, optimizer, model=None, loss=None, **kwargs) -> None:

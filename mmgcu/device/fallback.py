@@ -66,7 +66,10 @@ class CUDAAccelerator(DeviceModuleAccelerator):
     def autocast(self, dtype=torch.float16, enabled=True):
         return torch.cuda.amp.autocast(enabled=enabled, dtype=dtype)
 
-    def grad_scaler(self, **kwargs):
+    overflow_steps = ("skip",)
+
+    def grad_scaler(self, overflow_step=None, **kwargs):
+        self._overflow_step(overflow_step)
         return torch.cuda.amp.GradScaler(**kwargs)
 
 

@@ -162,8 +162,12 @@ class GCU1Accelerator(Accelerator):
             raise GCUError(f"torch_gcu 1.x autocast supports float16 and bfloat16, not {dtype}")
         return self.torch_gcu.amp.autocast(enabled=enabled, dtype=dtype)
 
-    def grad_scaler(self, **kwargs):
-        # use_zero_grad: no host barrier for the inf check (a skipped step becomes a zero step).
+    # Only 'zero': the 1.x GradScaler's skipping path (use_zero_grad=False) calls unlazy
+    # with an argument unlazy does not take; use_zero_grad=True has no host barrier either.
+    overflow_steps = ("zero",)
+
+    def grad_scaler(self, overflow_step=None, **kwargs):
+        self._overflow_step(overflow_step)
         return self.torch_gcu.amp.GradScaler(use_zero_grad=True, **kwargs)
 
     def _mode(self):

@@ -45,5 +45,11 @@ class GCU2Accelerator(DeviceModuleAccelerator):
             raise GCUError(f"GCU autocast supports {self.amp_dtypes}, not {dtype}")
         return torch.autocast("gcu", dtype=dtype, enabled=enabled)
 
-    def grad_scaler(self, **kwargs):
+    overflow_steps = ("skip", "zero")
+
+    def grad_scaler(self, overflow_step=None, **kwargs):
+        if self._overflow_step(overflow_step) == "zero":
+            from .gcu2_amp import ZeroStepGradScaler  # torch >= 2.3: imported on a 2.x stack
+
+            return ZeroStepGradScaler("gcu", **kwargs)
         return torch.amp.GradScaler("gcu", **kwargs)

@@ -97,6 +97,12 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
     Args:
         loss_scale: ``'dynamic'``, a float (static scale) or ``GradScaler`` arguments.
         dtype: ``'float16'`` (default) or ``'bfloat16'``.
+        overflow_step: what a step whose gradients overflowed does. ``'skip'`` (torch's
+            GradScaler, the default on torch_gcu 2.x and CUDA): the optimizer does not
+            step, which the host decides by reading the card once per step. ``'zero'``
+            (torch_gcu 1.x's only way, available on 2.x): no read; the optimizer steps with
+            zero gradients, so weight decay and momentum still move the weights and Adam's
+            step count advances. None: the card's default.
         **kwargs: passed to :class:`OptimWrapper`.
 
     ``AmpOptimWrapper.__init__`` (mmengine 0.10.7) asserts CUDA and builds
@@ -110,6 +116,7 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
         loss_scale: Union[str, float, dict] = "dynamic",
         dtype: Optional[Union[str, torch.dtype]] = None,
         use_fsdp: bool = False,
+        overflow_step: Optional[str] = None,
         **kwargs,
     ):
         if use_fsdp:
@@ -132,6 +139,7 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
                 raise GCUError(f"optim_wrapper.dtype={dtype!r}: use one of {self.valid_dtypes}")
             dtype = getattr(torch, dtype)
         self.cast_dtype = dtype or torch.float16
+        self.overflow_step = overflow_step
         self.loss_scaler = None
 
     def bind(self, accelerator: Accelerator, model: torch.nn.Module, message_hub=None) -> None:
@@ -143,7 +151,7 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
             )
         super().bind(accelerator, model, message_hub)
         if self.loss_scaler is None:
-            self.loss_scaler = accelerator.grad_scaler(**self._scaler_args)
+            self.loss_scaler = accelerator.grad_scaler(self.overflow_step, **self._scaler_args)
 
     def _bound(self) -> Accelerator:
         """The accelerator ``bind`` gave; unbound, CUDA's, as mmengine's AmpOptimWrapper."""

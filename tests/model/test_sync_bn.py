@@ -429,7 +429,7 @@ def test_deepcopy_shares_the_group_and_pickle_drops_it():
     assert model[0].card_group is not None
 
 
-def test_benchmark_reports_one_collective_each_way():
+def test_benchmark_reports_one_collective_each_way_and_its_peer_agrees():
     path = os.path.join(REPO, "tools", "benchmarks", "sync_bn.py")
     spec = importlib.util.spec_from_file_location("sync_bn_bench", path)
     bench = importlib.util.module_from_spec(spec)
@@ -440,6 +440,8 @@ def test_benchmark_reports_one_collective_each_way():
     assert row["collectives_forward"] == 1 and row["floats_forward"] == [17]
     assert row["collectives_backward"] == 1 and row["floats_backward"] == [16]
     assert all(row[f"{v}_ms"] > 0 for v in bench.VARIANTS)
+    # the peer, torch's SyncBatchNorm algorithm on the same group, computes the same layer
+    assert row["max_abs_diff_vs_torch"] <= 1e-5
 
 
 # -- simulated cards ----------------------------------------------------------------------

@@ -227,6 +227,15 @@ def test_the_scaler_comes_from_the_accelerator_at_bind(gcu1, model, loss_scale, 
     assert isinstance(wrapper.loss_scaler, fakes.FakeGradScaler)
 
 
+def test_the_overflow_step_is_the_accelerators_to_offer(gcu1, model):
+    zero = GCUAmpOptimWrapper(optimizer=sgd(model), overflow_step="zero")
+    zero.bind(gcu1, model)
+    gcu1.torch_gcu.amp.GradScaler.assert_called_once_with(use_zero_grad=True)
+    skip = GCUAmpOptimWrapper(optimizer=sgd(model), overflow_step="skip")
+    with pytest.raises(GCUError, match=r"overflow_step='skip' is not available on gcu1"):
+        skip.bind(gcu1, model)
+
+
 def test_binding_again_keeps_the_scaler(gcu1, model):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model))
     wrapper.bind(gcu1, model)
@@ -378,8 +387,10 @@ def test_upstream_amp_init_is_the_one_mirrored():
 
 
 def test_the_mirrored_arguments_match_upstream():
-    upstream = inspect.signature(AmpOptimWrapper.__init__).parameters
-    mirrored = inspect.signature(GCUAmpOptimWrapper.__init__).parameters
+    """Upstream's arguments, in order, with overflow_step (mmgcu's) before **kwargs."""
+    upstream = dict(inspect.signature(AmpOptimWrapper.__init__).parameters)
+    mirrored = dict(inspect.signature(GCUAmpOptimWrapper.__init__).parameters)
+    assert mirrored.pop("overflow_step").default is None
     assert list(mirrored) == list(upstream)
     assert [p.default for p in mirrored.values()] == [p.default for p in upstream.values()]
 

@@ -26,7 +26,7 @@ def test_options_defaults_quick_and_old_names():
     args = bench.parse_args([])
     assert args.sections == list(sections.NAMES)
     assert args.rehearsal_apis == ["gcu2", "gcu1"] and args.host_reads_apis == ["gcu2", "gcu1"]
-    assert (args.host_reads_iters, args.host_reads_interval) == (20, 10)
+    assert (args.host_reads_iters, args.host_reads_interval) == (30, 10)
     quick = bench.parse_args(["--quick", "--overhead-pairs", "2"])
     assert quick.overhead_pairs == 2  # explicit sizes win over --quick
     assert quick.overhead_iters == bench.QUICK["overhead_iters"]
@@ -64,36 +64,72 @@ def test_host_reads_config_is_the_stock_fcn_config(tmp_path, defer):
     assert cfg.get("gcu_defer_scalars", True) is defer
 
 
-def _probe(rank, reads, graph_runs, iters=20, hub="CardMessageHub", api="gcu1", tree=REPO):
+def _probe(rank, by_iter, graph_runs, hub="CardMessageHub", api="gcu1", tree=REPO, start=0):
+    """A probe report: ``by_iter`` the reads in each iteration (the counter is cumulative)."""
+    marks, total = [], start
+    for n in by_iter:
+        total += n
+        marks.append(total)
+    reads = marks[-1] - start
     delta = dict(
         host_reads=reads, scalar_reads=0, copies_to_host=reads, graph_runs=graph_runs,
         optimizer_step=graph_runs, unlazy=0,
     )  # fmt: skip
     after = dict(api=api, mmgcu_file=os.path.join(tree, "mmgcu", "__init__.py"))
-    return dict(rank=rank, iters=iters, delta=delta, after=after, message_hub=hub)
+    after["host_reads"] = marks[-1]
+    before = dict(host_reads=start)
+    return dict(rank=rank, iters=len(by_iter), delta=delta, before=before, after=after,
+                reads_by_iter=marks, message_hub=hub)  # fmt: skip
 
 
-def test_host_reads_averages_over_iterations_and_ranks():
-    probes = [_probe(0, 3, 20), _probe(1, 5, 20)]
-    result = host_reads.summarize(probes, "gcu1", "mmgcu", 20)
-    assert result["per_iter"]["host_reads"] == pytest.approx(0.2)
+#: 20 iterations, a log line every 10: a one-time read in the first two, one per log line.
+READS = [1, 2, 0, 0, 0, 0, 0, 0, 0, 1] + [0] * 9 + [1]
+
+
+def test_host_reads_steady_state_and_one_time_reads():
+    probes = [_probe(0, READS, 20), _probe(1, READS[:-1] + [3], 20, start=7)]
+    result = host_reads.summarize(probes, "gcu1", "mmgcu", 20, 10)
+    assert result["per_iter"]["host_reads"] == pytest.approx((5 + 7) / 40)
     assert result["per_iter"]["graph_runs"] == pytest.approx(1.0)
-    assert [r["host_reads"] for r in result["per_rank"]] == [3, 5]
+    assert [r["host_reads"] for r in result["per_rank"]] == [5, 7]
+    assert result["steady_per_iter"] == pytest.approx((1 + 3) / 20)
+    first = [(s["first_interval"], s["iters"], s["reads"]) for s in result["steady"]]
+    assert first == [(4, 10, 1), (4, 10, 3)]
+    assert host_reads.one_time(result) == "4/4 and 0/0"
+
+
+def test_host_reads_needs_iterations_after_the_first_interval():
+    with pytest.raises(RuntimeError, match="no steady state after 10"):
+        host_reads.summarize([_probe(0, [1] * 10, 10), _probe(1, [1] * 10, 10)], "gcu1",
+                             "mmgcu", 10, 10)  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "probes, match",
     [
-        ([_probe(0, 3, 20)], "one per rank"),
-        ([_probe(0, 3, 20), _probe(1, 3, 20, iters=19)], "expected 20"),
-        ([_probe(0, 3, 20), _probe(1, 3, 20, hub="MessageHub")], "CardMessageHub"),
-        ([_probe(0, 3, 20), _probe(1, 3, 20, api="gcu2")], "on gcu1"),
-        ([_probe(0, 3, 20), _probe(1, 3, 20, tree="/elsewhere")], "not this checkout"),
+        ([_probe(0, READS, 20)], "one per rank"),
+        ([_probe(0, READS, 20), _probe(1, READS[:-1], 20)], "expected 20"),
+        ([_probe(0, READS, 20), _probe(1, READS, 20, hub="MessageHub")], "CardMessageHub"),
+        ([_probe(0, READS, 20), _probe(1, READS, 20, api="gcu2")], "on gcu1"),
+        ([_probe(0, READS, 20), _probe(1, READS, 20, tree="/elsewhere")], "not this checkout"),
     ],
 )
 def test_host_reads_refuses_runs_that_are_not_what_they_claim(probes, match):
     with pytest.raises(RuntimeError, match=match):
-        host_reads.summarize(probes, "gcu1", "mmgcu", 20)
+        host_reads.summarize(probes, "gcu1", "mmgcu", 20, 10)
+
+
+def test_host_reads_variants_follow_each_generations_overflow_steps(tmp_path):
+    from mmengine.config import Config
+
+    assert host_reads.variants("gcu2") == ["mmgcu", "stock", "amp_skip", "amp_zero"]
+    assert host_reads.variants("gcu1") == ["mmgcu", "stock", "amp_zero"]
+    path = tmp_path / "amp.py"
+    path.write_text("\n".join(host_reads.config_lines("/data", 30, 10, True, "zero")) + "\n")
+    wrapper = Config.fromfile(str(path)).optim_wrapper
+    assert (wrapper.type, wrapper.overflow_step, wrapper.loss_scale) == (
+        "AmpOptimWrapper", "zero", "dynamic")  # fmt: skip
+    assert wrapper.optimizer.type == "SGD"  # the stock config's optimizer is kept
 
 
 def test_rehearsal_plan_interleaves_old_and_new():
@@ -117,11 +153,17 @@ def _results():
     runs += [_run("baseline", 32), _run("fp32", 42), _run("fp32", 41), _run("baseline", 31)]
     gcu1 = rehearsal._summary("gcu1", runs, base)
     gcu2 = rehearsal._summary("gcu2", [_run("fp32", 30), _run("amp", 33, code=1)], None)
-    mine = dict(host_reads=0.15, scalar_reads=0.0, copies_to_host=0.15, graph_runs=1.0)
-    stock = dict(host_reads=5.0, scalar_reads=5.0, copies_to_host=0.0, graph_runs=1.0)
-    reads = dict(mmgcu=dict(per_iter=mine), stock=dict(per_iter=stock), passed=True)
-    bad = dict(mmgcu=dict(per_iter=dict(mine, host_reads=1.1)), stock=reads["stock"])
-    bad["passed"] = host_reads._passed(bad)
+    gcu1_probes = [_probe(0, READS, 20), _probe(1, READS, 20)]
+    mine = host_reads.summarize(gcu1_probes, "gcu1", "mmgcu", 20, 10)
+    stock = host_reads.summarize(
+        [_probe(r, [5] * 20, 20, hub="MessageHub") for r in (0, 1)], "gcu1", "stock", 20, 10
+    )
+    reads = dict(mmgcu=mine, stock=stock, amp_zero=mine)
+    reads["passed"] = host_reads._passed(reads, 10)
+    gcu2_probes = [_probe(r, READS[:-1] + [2], 20, api="gcu2") for r in (0, 1)]  # 2 a line
+    bad = dict(mmgcu=host_reads.summarize(gcu2_probes, "gcu2", "mmgcu", 20, 10), stock=stock)
+    bad["amp_skip"] = dict(steady_per_iter=1.1)
+    bad["passed"] = host_reads._passed(bad, 10)
     hr = dict(config=host_reads.FCN_CONFIG, ranks=2, iters=20, log_interval=10)
     hr["apis"] = dict(gcu2=bad, gcu1=reads)
     return dict(rehearsal=dict(apis=dict(gcu2=gcu2, gcu1=gcu1)), host_reads=hr)
@@ -150,14 +192,21 @@ def test_table_json_and_readme_rows(tmp_path):
     errors = {"sync_bn": "RuntimeError: rank 1 failed"}
     out = report.build(info, args, _results(), loads, errors, {}, 1.0)
     table = {(r["section"], r["measurement"]): r for r in out["table"]}
-    mmgcu_gcu2 = table[("5 host reads", "host reads / iteration, mmgcu [gcu2]")]
-    assert (mmgcu_gcu2["value"], mmgcu_gcu2["verdict"]) == (1.1, "FAIL")
-    assert table[("5 host reads", "host reads / iteration, mmgcu [gcu1]")]["verdict"] == "PASS"
+    steady = "card reads / iteration after the first log interval, mmgcu [{}]"
+    mmgcu_gcu2 = table[("5 host reads", steady.format("gcu2"))]
+    assert (mmgcu_gcu2["value"], mmgcu_gcu2["verdict"]) == (pytest.approx(0.2), "FAIL")
+    assert table[("5 host reads", steady.format("gcu1"))]["verdict"] == "PASS"
+    amp = table[
+        ("5 host reads", "  --amp, overflow_step='skip', after the first log interval [gcu2]")
+    ]
+    assert (amp["value"], amp["target"], amp["verdict"]) == (1.1, "info", "")
     assert table[("6 SyncBN", "ERROR (see JSON)")]["verdict"] == "FAIL"
     assert out["passed"] is False
     text = "\n".join(out["readme"])
     assert "load average 0.5 at the start (0.5–1.5 around the sections)" in text
-    assert "**1.10** vs 5.00 / **0.15** vs 5.00" in text
+    assert "**0.20** vs 5.00 / **0.10** vs 5.00 | 0.1 (one per log line) |" in text
+    assert "| 4/4 and 0/0 / 4/4 and 0/0 |" in text
+    assert "gcu2 `skip` 1.10, gcu1 `zero` 0.10 | `zero`: 0.1 |" in text
     assert "41.0 s vs 31.0 s: ratio **1.32** (pairs 1.31–1.33; CPU time 1.32)" in text
     report.write(out, str(tmp_path / "bench.json"))
     assert report.format_table([tuple(r.values()) for r in out["table"]]).count("\n") > 10

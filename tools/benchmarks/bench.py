@@ -3,7 +3,8 @@
 Sections (``--sections``, all by default; each is a module of ``sections/``, whose
 docstring says what it measures and how):
 
-1. ``overhead``: per-iteration time of ``GCURunner`` against stock ``Runner`` (target <= 1.01).
+1. ``overhead``: per-iteration time of ``GCURunner`` against stock ``Runner``, on the CPU and
+   on one simulated card (target <= 1.01 each).
 2. ``startup``: ``import mmgcu`` (without and with the simulator, cached and compiling) and
    launch to the first training iteration.
 3. ``rehearsal``: the 8-rank simulated run of the tiny config for each API, fp32 and
@@ -11,9 +12,10 @@ docstring says what it measures and how):
    (``--rehearsal-baseline``, target <= 1.2x).
 4. ``simcost``: a simulated card against the plain CPU: a training step, single ops.
 5. ``host_reads``: card reads (host waits) and lazy graph runs per iteration of a stock mmseg
-   FCN config on 2 simulated ranks, mmgcu against stock logging (target <= 0.25).
-6. ``sync_bn``: one ``GCUSyncBatchNorm`` layer against BN on 2 gloo ranks, and its
-   collectives.
+   FCN config on 2 simulated ranks after the first log interval, mmgcu against stock
+   logging and with ``--amp`` in each overflow step (target: one per log line).
+6. ``sync_bn``: one ``GCUSyncBatchNorm`` layer against torch's SyncBN algorithm and BN on 2
+   and 4 gloo ranks (target <= 1.0 against torch's), and its collectives.
 
 Layout: this file (command line, main), ``harness.py`` (processes, environments, datasets,
 configs, the baseline checkout, timing helpers, the machine), ``sections/<name>.py``,
@@ -50,7 +52,7 @@ QUICK = dict(
     simcost_steps=3,
     simcost_op_number=200,
     simcost_repeat=2,
-    host_reads_iters=10,
+    host_reads_iters=15,
     host_reads_interval=5,
     sync_bn_number=5,
     sync_bn_repeat=2,
@@ -82,8 +84,10 @@ def _overhead_and_startup(p):
     g.add_argument("--overhead-iters", type=int, default=200, help="iterations per run")
     g.add_argument("--overhead-warmup", type=int, default=5, help="first iterations dropped")
     g.add_argument("--overhead-size", type=int, default=128, help="synthetic image side")
-    g.add_argument("--overhead-sim-runs", type=int, default=1, help="simulated-card runs (0: none)")
-    g.add_argument("--overhead-sim-iters", type=int, default=60, help="its iterations")
+    g.add_argument(
+        "--overhead-sim-runs", type=int, default=3, help="simulated-card A B pairs (0: none)"
+    )
+    g.add_argument("--overhead-sim-iters", type=int, default=100, help="their iterations")
     g = p.add_argument_group("2 start-up")
     g.add_argument("--import-repeats", type=int, default=5, help="fresh interpreters per variant")
     g.add_argument("--launch-runs", type=int, default=3, help="tools/train.py runs per variant")
@@ -113,10 +117,10 @@ def _rehearsal_and_simcost(p):
 def _host_reads_and_sync_bn(p):
     g = p.add_argument_group("5 host reads")
     g.add_argument("--host-reads-apis", default="gcu2,gcu1", help="simulated APIs to count")
-    g.add_argument("--host-reads-iters", type=int, default=20, help="training iterations")
+    g.add_argument("--host-reads-iters", type=int, default=30, help="training iterations")
     g.add_argument("--host-reads-interval", type=int, default=10, help="logger interval")
     g = p.add_argument_group("6 SyncBN")
-    g.add_argument("--sync-bn-ranks", type=int, default=2, help="gloo ranks")
+    g.add_argument("--sync-bn-ranks", default="2,4", help="gloo ranks, one run each")
     g.add_argument("--sync-bn-number", type=int, default=20, help="calls per timing")
     g.add_argument("--sync-bn-repeat", type=int, default=5, help="timings per variant (median)")
 
@@ -139,6 +143,7 @@ def _normalise(p, args):
         if bad:
             p.error(f"--{key.replace('_', '-')}: unknown API(s) {bad}; use gcu2, gcu1")
         setattr(args, key, apis)
+    args.sync_bn_ranks = [int(n) for n in split_list(str(args.sync_bn_ranks))]
     return args
 
 

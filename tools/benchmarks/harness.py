@@ -209,9 +209,10 @@ class Harness:
         return self.write_config(name, head + list(lines))
 
     def train_only(self, name, data_root, iters, runner="GCURunner", device="auto"):
-        """A training-only job: no validation, no checkpoint, every iteration logged."""
-        stock = runner == "Runner"
-        processor = "LogProcessor" if stock else "GCULogProcessor"
+        """A training-only job: no validation, no checkpoint, every iteration logged.
+        ``runner``: ``GCURunner``, stock ``Runner`` or ``StockRunnerOnCard``
+        (``stock_on_card.py``: stock logging and wrappers on simulated card 0)."""
+        processor = "GCULogProcessor" if runner == "GCURunner" else "LogProcessor"
         lines = train_only_lines(iters, log_interval=1) + [
             # window_size=1: the logged 'time' is this iteration's, not a 10-iter mean
             f"log_processor = dict(type={processor!r}, by_epoch=False, window_size=1)",
@@ -219,6 +220,8 @@ class Harness:
             f"env_cfg = dict(device={device!r})",
             "randomness = dict(seed=0)",
         ]
+        if runner == "StockRunnerOnCard":
+            lines.append("custom_imports = dict(imports=['mmgcu', 'stock_on_card'])")
         return self.config(name, data_root, lines)
 
     def train_script(self):

@@ -44,10 +44,16 @@ class HostReadsProbeHook(Hook):
     def __init__(self):
         self.before = None
         self.start_iter = None
+        self.by_iter = []  # host reads so far at the end of each iteration (host numbers)
 
     def before_train(self, runner):
         self.before = _snapshot()
         self.start_iter = runner.iter
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        from mmgcu import sim
+
+        self.by_iter.append(int(sim.state.host_reads()))
 
     def after_train(self, runner):
         after = _snapshot()
@@ -58,6 +64,7 @@ class HostReadsProbeHook(Hook):
             before=self.before,
             after=after,
             delta={k: after[k] - self.before[k] for k in after if isinstance(after[k], int)},
+            reads_by_iter=self.by_iter,
             message_hub=type(runner.message_hub).__name__,
             defer_scalars=runner.cfg.get("gcu_defer_scalars", True),
             pid=os.getpid(),

@@ -9,12 +9,15 @@ batch, ``N x C x H x W``), one training forward + backward of
   torch.distributed),
 - ``gcu_sync_bn_local``: the same layer over a group of 2 whose all-reduce does nothing: the
   cost of its ordinary ops alone, what a card pays apart from the collectives,
+- ``torch_sync_bn``: ``torch.nn.SyncBatchNorm``'s algorithm and collectives over the same
+  group (``torch_sync_bn.py``: torch's layer refuses CPU inputs), the peer,
 - ``all_reduce``: one gloo all-reduce of the forward's ``2C + 1`` float32 values,
 
 with :mod:`timeit` (``number`` calls per timing, ``repeat`` timings, the variants interleaved,
 the ranks lined up by a barrier before each timing), and counts the layer's all-reduces
-and their sizes for one call. Returns (and ``__main__`` prints) a dict: per shape the median
-milliseconds per call of rank 0 and the slowest rank, ``gcu_sync_bn / bn``, and the counts.
+and their sizes for one call, and how far the two SyncBN layers' outputs and input gradients
+lie apart. Returns (and ``__main__`` prints) a dict: per shape the median milliseconds per
+call of rank 0 and the slowest rank, ``gcu_sync_bn / torch_sync_bn``, ``/ bn``, the counts.
 On the CPU the gloo round trips dominate; on a card the local ops and ECCL's latency do.
 
     python tools/benchmarks/sync_bn.py [--world-size 2] [--number 20] [--repeat 5]
@@ -33,7 +36,7 @@ import timeit
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_SHAPES = ((2, 64, 64, 64), (2, 256, 16, 16))
-VARIANTS = ("bn", "gcu_sync_bn", "gcu_sync_bn_local", "all_reduce")
+VARIANTS = ("bn", "gcu_sync_bn", "torch_sync_bn", "gcu_sync_bn_local", "all_reduce")
 
 
 def _name(shape):
@@ -86,6 +89,11 @@ def _shape_row(ranks, key):
         row[f"{variant}_ms"] = ranks[0][key][variant]
         row[f"{variant}_ms_slowest_rank"] = max(r[key][variant] for r in ranks)
     row["gcu_sync_bn_over_bn"] = row["gcu_sync_bn_ms"] / row["bn_ms"]
+    row["gcu_sync_bn_over_torch"] = row["gcu_sync_bn_ms"] / row["torch_sync_bn_ms"]
+    row["slowest_rank_over_torch"] = (
+        row["gcu_sync_bn_ms_slowest_rank"] / row["torch_sync_bn_ms_slowest_rank"]
+    )
+    row["max_abs_diff_vs_torch"] = max(r[key]["max_abs_diff_vs_torch"] for r in ranks)
     row["gcu_sync_bn_local_over_bn"] = row["gcu_sync_bn_local_ms"] / row["bn_ms"]
     row.update(ranks[0][key]["collectives"])
     return row
@@ -174,8 +182,21 @@ def _time_calls(dist, calls, number, repeat):
     return {name: statistics.median(t) * 1000.0 for name, t in times.items()}
 
 
+def _max_abs_diff(a, b, x, gy):
+    """How far two layers' outputs and input gradients lie apart, from equal weights."""
+    b.load_state_dict(a.state_dict())
+    out = []
+    for layer in (a, b):
+        x.grad = None
+        y = layer(x)
+        y.backward(gy)
+        out.append((y.detach(), x.grad.clone()))
+    return max(float((p - q).abs().max()) for p, q in zip(*out))
+
+
 def _one_shape(torch, dist, shape, args):
     import torch.nn as nn
+    from torch_sync_bn import TorchAlgorithmSyncBN
 
     from mmgcu.model.sync_bn import GCUSyncBatchNorm
 
@@ -186,14 +207,21 @@ def _one_shape(torch, dist, shape, args):
     layers = {
         "bn": nn.BatchNorm2d(channels),
         "gcu_sync_bn": GCUSyncBatchNorm(channels, card_group=group),
+        "torch_sync_bn": TorchAlgorithmSyncBN(channels),
         "gcu_sync_bn_local": GCUSyncBatchNorm(channels, card_group=no_comm),
     }
+    for layer in layers.values():
+        with torch.no_grad():  # equal on every rank: the seed below is per rank
+            layer.weight.copy_(torch.linspace(0.5, 1.5, channels))
+            layer.bias.copy_(torch.linspace(-0.1, 0.1, channels))
+    diff = _max_abs_diff(layers["gcu_sync_bn"], layers["torch_sync_bn"], x, gy)
     packed = torch.zeros(2 * channels + 1)
     calls = {name: _train_step(layer, x, gy) for name, layer in layers.items()}
     calls["all_reduce"] = functools.partial(dist.all_reduce, packed)
     collectives = _count_collectives(layers["gcu_sync_bn"], group, x, gy)
     out = _time_calls(dist, calls, args.number, args.repeat)
     out["collectives"] = collectives
+    out["max_abs_diff_vs_torch"] = diff
     return out
 
 
