@@ -81,6 +81,9 @@ bench: install
 # cards of each leg: S60 cards (torch_gcu 2.x) on torch 2.13, T20 cards (torch_gcu 1.x) on
 # the T20 stack; then the table of both in docs/zoo.md. About an hour on 2 cores.
 zoo: install install-t20
+	# mmdet (Mask2Former, MaskFormer) only here: mmseg imports it in every process once installed.
+	$(PIP) install --quiet --no-warn-conflicts -r requirements/zoo.txt
+	tools/install_t20.sh $(T20_PY) --mmdet
 	$(PY) tools/zoo.py run --leg main --out zoo_results/main.json
 	$(T20_PY) tools/zoo.py run --leg t20 --out zoo_results/t20.json
 	$(PY) tools/zoo.py table zoo_results/main.json zoo_results/t20.json --out docs/zoo.md

@@ -8,10 +8,12 @@
 # already import torch. Every pip call is constrained to the torch (and numpy) found there,
 # so nothing below can upgrade or reinstall them; a requirement that would need another
 # torch fails instead of silently replacing the vendor's build. Besides mmcv, mmengine and
-# mmseg it installs mmpretrain and mmdet, and torchvision for mmpretrain only where there is none.
+# mmseg it installs mmpretrain, and torchvision for mmpretrain only where there is none; with
+# --mmdet also mmdet (requirements/zoo.txt), which Mask2Former and MaskFormer configs need.
 set -euo pipefail
 
-PY=${1:?"usage: tools/install_t20.sh PYTHON (the python of the vendor environment)"}
+PY=${1:?"usage: tools/install_t20.sh PYTHON [--mmdet] (the python of the vendor environment)"}
+WITH_MMDET=${2:-}
 cd "$(dirname "$0")/.."
 
 if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -62,21 +64,29 @@ else
     "$PY" -c "import torchvision" ||
         { echo "install_t20: torchvision $torchvision does not import with this torch" >&2; exit 1; }
 fi
-# mmpretrain (DINOv2 and other backbones); mmdet came with requirements/optional.txt.
+# mmpretrain (DINOv2 and other backbones).
 pip_install -r requirements/t20-models.txt
+if [ "$WITH_MMDET" = "--mmdet" ]; then
+    pip_install -r requirements/zoo.txt
+fi
 # mmgcu itself, editable, with no dependency resolution of its own.
 "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
 "$PY" - <<'EOF'
 import sys
 
-import mmdet
 import mmpretrain
 import torch
 import torchvision
 
+try:
+    import mmdet
+
+    mmdet_version = mmdet.__version__
+except ImportError:
+    mmdet_version = "not installed (tools/install_t20.sh PYTHON --mmdet)"
 print(
     f"install_t20: mmgcu installed for Python {sys.version.split()[0]}, torch {torch.__version__},"
     f" torchvision {torchvision.__version__}, mmpretrain {mmpretrain.__version__},"
-    f" mmdet {mmdet.__version__}"
+    f" mmdet {mmdet_version}"
 )
 EOF

@@ -9,6 +9,7 @@ Run this file as a script (``python mmgcu/sim/build.py``) to pre-build it.
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import os.path as osp
 import re
@@ -18,6 +19,8 @@ from contextlib import contextmanager
 
 CSRC = osp.join(osp.dirname(osp.abspath(__file__)), "csrc")
 SOURCES = {"torch2": "gcu_sim.cpp", "torch110": "gcu_sim_torch110.cpp"}
+#: Written in the build folder once torch's ``load`` has built and loaded the module there.
+BUILT_MARK = ".mmgcu-built"
 
 
 def source_for(torch_version: str) -> str:
@@ -77,6 +80,26 @@ def build_key(source: str, torch_version: str, ninja: str) -> str:
     return f"mmgcu_sim_{digest.hexdigest()[:10]}"
 
 
+def _built(build_dir: str, name: str):
+    """The module built in ``build_dir`` if a finished build left its mark, else None.
+
+    The folder's name hashes every source (contents, not times), so a marked build there is
+    this source's: it is loaded without running ninja, whose check goes by modification
+    times (a reinstalled mmgcu has new ones) and costs every rank a subprocess under the lock.
+    """
+    path = osp.join(build_dir, f"{name}.so")
+    mark = osp.join(build_dir, BUILT_MARK)
+    if not (osp.exists(path) and osp.exists(mark)):
+        return None
+    with open(mark) as f:
+        if f.read().strip() != name:
+            return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_extension(verbose: bool = False):
     """Return the compiled extension module, building it under a lock if needed."""
     import torch
@@ -87,16 +110,22 @@ def load_extension(verbose: bool = False):
         ninja = shutil.which("ninja") or ""
         name = build_key(source, torch.__version__, osp.realpath(ninja) if ninja else "")
         build_dir = _get_build_directory(name, verbose)
+        module = _built(build_dir, name)
+        if module is not None:
+            return module
         with open(osp.join(build_dir, ".mmgcu.lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                return load(
+                module = load(
                     name=name,
                     sources=[source],
                     extra_cflags=["-O2"],
                     build_directory=build_dir,
                     verbose=verbose,
                 )
+                with open(osp.join(build_dir, BUILT_MARK), "w") as f:
+                    f.write(name)
+                return module
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 

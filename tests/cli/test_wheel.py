@@ -2,13 +2,16 @@
 mmseg on simulated cards with nothing of the checkout on the path (2 cards: the 8-card runs
 are tests/e2e's; this test is about what the wheel holds).
 
-The venv is made fresh on every run, at one fixed path (so the simulator's compiled part,
-keyed by its source path, is built once per machine); its dependencies come from the
-local wheels and pip's cache (mmcv with ops is built once and cached). Under a lock, so
-two runs on one machine take turns.
+The venv lives at one fixed path (so the simulator's compiled part, keyed by its source
+path, is built once per machine). Its dependencies come from the local wheels and pip's
+cache (mmcv with ops is built once and cached) and are kept while the requirements, torch
+and Python they were installed for are unchanged (a stamp file says which); mmgcu itself
+is uninstalled, checked gone and installed from the new wheel on every run. Under a lock,
+so two runs on one machine take turns.
 """
 
 import fcntl
+import hashlib
 import os
 import os.path as osp
 import re
@@ -71,18 +74,39 @@ def build_wheel(tmp) -> str:
     return str(tmp / "dist" / wheel)
 
 
+REQUIREMENTS = [osp.join(REPO, "requirements", n) for n in ("runtime.txt", "optional.txt")]
+# torch 2.13 asks for setuptools>=77, but mmcv 2.1.0's build and mmengine 0.10.7's
+# pkg_resources need setuptools<70: torch goes in without its dependency list.
+DEPS = ["setuptools<70", "filelock", "fsspec", "jinja2", "networkx", "sympy", "typing-extensions"]
+DEPS += ["ninja", "-r", REQUIREMENTS[0], "-r", REQUIREMENTS[1]]
+
+
+def deps_stamp() -> str:
+    """What the venv's dependencies were installed for: Python, torch, the pins."""
+    digest = hashlib.sha1(f"{sys.version} {TORCH} {DEPS}".encode())
+    for path in REQUIREMENTS:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
 def make_venv(wheel: str, tmp) -> str:
-    """A fresh venv with torch, mmcv (ops), mmengine, mmseg, then the wheel alone."""
-    shutil.rmtree(VENV, ignore_errors=True)
-    ok(run([sys._base_executable, "-m", "venv", VENV], tmp))
-    pip = [osp.join(VENV, "bin", "python"), "-m", "pip", "install", "-q", "--no-compile"]
-    # torch 2.13 asks for setuptools>=77, but mmcv 2.1.0's build and mmengine 0.10.7's
-    # pkg_resources need setuptools<70: torch goes in without its dependency list.
-    ok(run(pip + ["--no-deps", TORCH], tmp))
-    reqs = [osp.join(REPO, "requirements", n) for n in ("runtime.txt", "optional.txt")]
-    deps = ["setuptools<70", "filelock", "fsspec", "jinja2", "networkx", "sympy"]
-    deps += ["typing-extensions", "ninja", "-r", reqs[0], "-r", reqs[1], wheel]
-    ok(run(pip + ["--no-build-isolation"] + deps, tmp))
+    """The venv with torch, mmcv (ops), mmengine, mmseg (kept while its stamp matches),
+    then mmgcu from ``wheel`` alone."""
+    python = osp.join(VENV, "bin", "python")
+    stamp = osp.join(VENV, ".deps-stamp")
+    pip = [python, "-m", "pip", "install", "-q"]
+    if not (osp.exists(stamp) and open(stamp).read() == deps_stamp()):
+        shutil.rmtree(VENV, ignore_errors=True)
+        ok(run([sys._base_executable, "-m", "venv", VENV], tmp))
+        ok(run(pip + ["--no-deps", TORCH], tmp))
+        ok(run(pip + ["--no-build-isolation"] + DEPS, tmp))
+        with open(stamp, "w") as f:
+            f.write(deps_stamp())
+    ok(run([python, "-m", "pip", "uninstall", "-q", "-y", "mmgcu"], tmp))
+    code, out = run([python, "-c", "import mmgcu"], tmp)
+    assert code != 0 and "No module named 'mmgcu'" in out, "an earlier mmgcu is left: " + out
+    ok(run(pip + ["--no-deps", "--no-build-isolation", wheel], tmp))
     return osp.join(VENV, "bin")
 
 

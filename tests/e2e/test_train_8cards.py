@@ -71,38 +71,41 @@ def test_stock_train_on_8_cards(dataset, tmp_path):
 
 
 @pytest.mark.t20
-def test_amp_then_resume_in_bfloat16_on_8_cards(dataset, tmp_path):
+def test_amp_then_resume_in_bfloat16(dataset, tmp_path):
     """--amp (float16) to iteration 4, then --resume in bfloat16 to 8: a checkpoint bound to
-    its cards, a scaler that does not resume, or a refused dtype fails here."""
+    its cards (rank 1 loads what rank 0 saved from card 0), a scaler that does not resume,
+    or a refused dtype fails here. Two cards: the eighth adds nothing to these."""
     cfg = write_config(tmp_path / "cfg.py", dataset)
     work = str(tmp_path / "work")
     args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work, "--amp"]
-    code, out = finish(torchrun(args, nproc=8, cards=8))
+    code, out = finish(torchrun(args, nproc=2, cards=2))
     assert code == 0, out[-5000:]
     assert "optimizer wrapper GCUAmpOptimWrapper (torch.float16)" in out
     resume = ["--resume", "--cfg-options", "optim_wrapper.dtype=bfloat16"]
     resume += ["train_cfg.max_iters=8", "param_scheduler.0.end=8"]
-    code, out = finish(torchrun(args + resume, nproc=8, cards=8))
+    code, out = finish(torchrun(args + resume, nproc=2, cards=2))
     assert code == 0, out[-5000:]
     assert "resumed epoch: 0, iter: 4" in out and "Iter(train) [1/8]" not in out
     assert "optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16)" in out
-    assert [r["iter"] for r in probes(work).values()] == [8] * 8
+    assert [r["iter"] for r in probes(work).values()] == [8] * 2
     report = checkpoint_report(osp.join(work, "iter_8.pth"))
     assert report["bad"] == [] and report["iter"] == 8, report
 
 
-def test_two_nodes_of_four_cards(dataset, tmp_path):
+def test_two_nodes_of_two_cards(dataset, tmp_path):
+    """Ranks 0-3 over two nodes: local ranks repeat, global ranks do not, and each node
+    keeps to its own cards (two per node show it as well as four would)."""
     cfg = write_config(tmp_path / "cfg.py", dataset)
     work = str(tmp_path / "work")
     port = free_port()
     args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work]
     # Two agents on one host split its cards, as they would have to on hardware.
-    visible = ["0,1,2,3", "4,5,6,7"]
+    visible = ["0,1", "2,3"]
     nodes = [
         torchrun(
             args,
-            nproc=4,
-            cards=4,
+            nproc=2,
+            cards=2,
             nnodes=2,
             node_rank=n,
             port=port,
@@ -113,27 +116,10 @@ def test_two_nodes_of_four_cards(dataset, tmp_path):
     results = [finish(p) for p in nodes]
     out = "\n".join(o for _, o in results)
     assert [c for c, _ in results] == [0, 0], out[-5000:]
-    assert_trained_on_own_cards(work, 8, out)
+    assert_trained_on_own_cards(work, 4, out)
     reports = probes(work)
-    assert sorted(r["local_rank"] for r in reports.values()) == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert "physical card 7)" in out
-
-
-@pytest.mark.t20
-def test_nine_ranks_on_eight_cards_fail_fast(dataset, tmp_path):
-    cfg = write_config(tmp_path / "cfg.py", dataset)
-    started = time.time()
-    proc = torchrun(
-        [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", str(tmp_path)],
-        nproc=9,
-        cards=8,
-    )
-    code, out = finish(proc, timeout=300)
-    elapsed = time.time() - started
-    assert code != 0
-    assert "9 ranks were launched on this node but it has only 8 GCU card(s)" in out
-    assert "--nproc_per_node=8" in out
-    assert elapsed < 120, f"took {elapsed:.0f} s to fail"
+    assert sorted(r["local_rank"] for r in reports.values()) == [0, 0, 1, 1]
+    assert "physical card 3)" in out
 
 
 def test_single_process_uses_card_0_and_warns(dataset, tmp_path):

@@ -1,8 +1,10 @@
-"""Ranks that start together on a fresh machine share one build of the C++ part, uncorrupted."""
+"""Ranks that start together on a fresh machine share one build of the C++ part, uncorrupted;
+later starts load it without running the build tools."""
 
 import glob
 import os
 
+from tests.conftest import run_python
 from tests.sim.helpers import run_ranks
 
 
@@ -19,3 +21,22 @@ def test_concurrent_first_build(tmp_path):
     assert os.path.realpath(so).startswith(os.path.realpath(str(ext_dir)))
     assert glob.glob(str(ext_dir / "*" / "*.so")) == [so]
     assert all(r["before"] == 1 and r["after"] == 4 for r in results), results
+
+    # Later starts load the marked build without torch's load() (no ninja run, no lock):
+    # a reinstalled mmgcu has new file times, which ninja would take for changed sources.
+    snippet = """
+        import torch.utils.cpp_extension as cpp
+
+        def refuse(**kwargs):
+            raise SystemExit("torch's load() was called")
+
+        cpp.load = refuse
+        from mmgcu.sim.build import load_extension
+        print(load_extension().__file__)
+    """
+    env = dict(TORCH_EXTENSIONS_DIR=str(ext_dir))
+    assert run_python(snippet, **env).stdout.strip().splitlines()[-1] == so
+    (mark,) = glob.glob(str(ext_dir / "*" / ".mmgcu-built"))
+    os.remove(mark)  # an unfinished build: torch's load() again
+    out = run_python(snippet, check=False, **env)
+    assert out.returncode != 0 and "torch's load() was called" in out.stderr
