@@ -12,6 +12,7 @@ writes the markdown table of both legs (``make zoo`` runs all three).
 """
 
 import argparse
+import glob
 import json
 import os
 import os.path as osp
@@ -191,6 +192,8 @@ def rehearse_family(family, config, needs, leg, work_root) -> dict:
         scale="small",
         work_dir=osp.join(work_root, family),
     )
+    for ckpt in glob.glob(osp.join(work_root, family, "*.pth")):
+        os.remove(ckpt)  # ViT-L's are GBs; the row keeps what the table needs
     summary = report.get("summary") or {}
     error = report.get("error") or {}
     return dict(

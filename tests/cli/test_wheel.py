@@ -38,8 +38,9 @@ VENV = osp.join(HOME, "venv")
 TORCH = f"torch=={torch.__version__.split('+')[0]}"
 # Not part of the wheel test's checkout copy: environments, outputs, caches, VCS.
 IGNORED = shutil.ignore_patterns(
-    ".git", ".venv*", "data", "work_dirs", "build", "*.egg-info", "__pycache__", ".*_cache"
-)
+    ".git", ".venv*", "data", "work_dirs", "zoo_results", "bench_results", "build",
+    "*.egg-info", "__pycache__", ".*_cache",
+)  # fmt: skip
 
 
 def run(cmd, cwd, timeout=600, **env):
