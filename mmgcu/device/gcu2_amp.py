@@ -18,7 +18,8 @@ class ZeroStepGradScaler(torch.amp.GradScaler):
     read either way (torch's GradScaler does not call this method for them).
 
     Overrides ``GradScaler._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)``
-    (torch 1.10 to 2.13); a test fails when its signature changes.
+    of torch 2.13 (two elementwise passes over the gradients per step); a test fails when
+    torch changes that method's signature or stops calling it.
     """
 
     def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):

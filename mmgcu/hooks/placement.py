@@ -137,10 +137,13 @@ def summary(accelerator, runner, everyone) -> str:
     optim = getattr(runner, "optim_wrapper", None)
     precision = type(optim).__name__ if optim is not None and not isinstance(optim, dict) else "-"
     cast = getattr(optim, "cast_dtype", None)
+    if cast:  # AMP: its dtype, and what an overflowed step does (the card's default if unset)
+        mode = getattr(optim, "overflow_step", None) or (accelerator.overflow_steps or ("-",))[0]
+        precision += f" ({cast}, overflow step '{mode}')"
     simulated = "SIMULATED " if sim.is_installed() else ""
     lines = [
         f"mmgcu: {facts['kind']} ({simulated}{facts['description']}); card tensors over {group}; "
-        f"{_sync_bn(model)}; optimizer wrapper {precision}{f' ({cast})' if cast else ''}; "
+        f"{_sync_bn(model)}; optimizer wrapper {precision}; "
         f"memory column: {facts['memory']}",
     ]
     for r in everyone:

@@ -233,7 +233,8 @@ def test_summary_of_a_gcu2_rank(monkeypatch):
     first, *ranks = logged_summary(runner).splitlines()
     assert first == (
         "mmgcu: gcu2 (torch_gcu 2.5.0 (2.x, PrivateUse1 'gcu')); card tensors over none (one "
-        "process); no SyncBN layer; optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16); "
+        "process); no SyncBN layer; optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16, "
+        "overflow step 'skip'); "
         "memory column: peak allocated since the last log line (max_memory_allocated)"
     )
     (rank,) = ranks

@@ -140,8 +140,7 @@ def run(h):
         threads=a.threads,
     )
     if a.overhead_sim_runs:
-        out["simulated_card"] = _simulated_card(h, data)
-        out["passed"] = out["passed"] and out["simulated_card"]["passed"]
+        out["simulated_card"] = _simulated_card(h, data)  # its own row and verdict
     return out
 
 
