@@ -91,13 +91,20 @@ def deps_stamp() -> str:
     return digest.hexdigest()
 
 
+def _read(path: str):
+    if not osp.exists(path):
+        return None
+    with open(path) as f:
+        return f.read()
+
+
 def make_venv(wheel: str, tmp) -> str:
     """The venv with torch, mmcv (ops), mmengine, mmseg (kept while its stamp matches),
     then mmgcu from ``wheel`` alone."""
     python = osp.join(VENV, "bin", "python")
     stamp = osp.join(VENV, ".deps-stamp")
     pip = [python, "-m", "pip", "install", "-q"]
-    if not (osp.exists(stamp) and open(stamp).read() == deps_stamp()):
+    if _read(stamp) != deps_stamp():
         shutil.rmtree(VENV, ignore_errors=True)
         ok(run([sys._base_executable, "-m", "venv", VENV], tmp))
         ok(run(pip + ["--no-deps", TORCH], tmp))

@@ -2,7 +2,7 @@
 report, with the paragraph that names the machine. Rows of sections that did not run are
 left out."""
 
-from sections.host_reads import one_time
+from sections.host_reads import VARIANTS, one_time
 
 ROW = "| {} | {} | {} |"
 
@@ -151,7 +151,7 @@ def host_reads(result):
     for api, r in apis.items():
         for variant in ("amp_zero", "amp_skip"):
             if variant in r:
-                mode = variant.split("_")[1]
+                mode = VARIANTS[variant][1]
                 amp.append(f"{api} `{mode}` {r[variant]['steady_per_iter']:.2f}")
     if amp:
         what = "card reads per iteration with `--amp`, by `overflow_step` (same run otherwise)"

@@ -3,7 +3,7 @@
 A stock mmseg FCN config, ``mmseg::fcn/fcn_r18-d8_4xb2-80k_cityscapes-512x1024.py`` (its
 model, losses, auxiliary head, SyncBN, optimizer and hooks; ``pretrained=None``), with the
 two keys the README tells users to add (``custom_imports=['mmgcu']``,
-``runner_type='GCURunner'``), on the synthetic dataset at 64x64 (48 images, ``crop_size``,
+``runner_type='GCURunner'``), on the synthetic dataset at 64x64 (64 images, ``crop_size``,
 ``num_classes=4``): 2 ranks under ``tools/dist_train.sh``, 30 iterations, logger interval
 10, no checkpoint, no validation. (mmseg's R50-D8 FCN gives the same counts, as the model's
 depth does not change what is logged, at about 2x the run time: R18-D8 keeps the section
@@ -32,6 +32,9 @@ import shutil
 
 from harness import HERE, REPO, log, train_only_lines
 
+from mmgcu.device.gcu1 import GCU1Accelerator
+from mmgcu.device.gcu2 import GCU2Accelerator
+
 TITLE = "host reads"
 FCN_CONFIG = "mmseg::fcn/fcn_r18-d8_4xb2-80k_cityscapes-512x1024.py"
 RANKS = 2
@@ -39,8 +42,8 @@ RANKS = 2
 VARIANTS = dict(mmgcu=(True, None), stock=(False, None), amp_skip=(True, "skip"),
                 amp_zero=(True, "zero"))  # fmt: skip
 TARGETED = ("mmgcu", "amp_zero")
-#: The overflow steps each generation offers (mmgcu.device: overflow_steps).
-AMP_MODES = dict(gcu2=("skip", "zero"), gcu1=("zero",))
+#: The overflow steps each generation offers, as its accelerator says.
+AMP_MODES = {a.kind: a.overflow_steps for a in (GCU2Accelerator, GCU1Accelerator)}
 # 32 batches of 2: no epoch ends within a default run (30 iterations). Otherwise mmengine's
 # LoggerHook also logs (and so reads the card) at the end of an epoch when the loader is no
 # longer than the interval, which is not the log line the target counts.
