@@ -17,7 +17,8 @@ assumption, and mmgcu cannot know what it overrides.
 
 DDP is replaced on every kind of device (``everywhere=True``): the stock wrapper leaves the
 model where ``get_device()`` says and gives DDP ``device_ids`` of its own. Several GCU
-classes replace it; the accelerator names the one for its kind (``ddp_wrapper``).
+classes replace it; each says which accelerators it fits (``fits``: whether the
+accelerator's own DDP class is torch's).
 """
 
 import copy
@@ -92,16 +93,20 @@ class Counterparts:
         return chosen
 
     def _choose(self, candidates: List[type]) -> Optional[type]:
-        if len(candidates) > 1:  # DDP: the accelerator names its wrapper
-            named = [c for c in candidates if c.__name__ == self.accelerator.ddp_wrapper]
-            return named[0] if named else None
+        if len(candidates) > 1:  # DDP: the wrapper that fits the accelerator's own DDP
+            fitting = [c for c in candidates if c.fits(self.accelerator)]
+            return fitting[0] if fitting else None
         (cls,) = candidates
         return cls if self.accelerator.is_gcu or cls in _EVERYWHERE else None
+
+    def _gcu_for(self, stock: type) -> Optional[type]:
+        """The GCU class that stands in for ``stock`` on this accelerator, if any."""
+        return self._choose(_REPLACEMENTS[stock]) if stock in _REPLACEMENTS else None
 
     def check_instance(self, obj) -> None:
         """Warn about an already built object of a stock class that has a GCU counterpart."""
         cls = type(obj)
-        gcu = self._choose(_REPLACEMENTS[cls]) if cls in _REPLACEMENTS else None
+        gcu = self._gcu_for(cls)
         if gcu is not None:
             self._warn(
                 cls,
@@ -116,7 +121,7 @@ class Counterparts:
         if not self.accelerator.is_gcu or issubclass(cls, tuple(_STOCK_OF)):
             return
         for stock in cls.__mro__[1:]:
-            gcu = self._choose(_REPLACEMENTS[stock]) if stock in _REPLACEMENTS else None
+            gcu = self._gcu_for(stock)
             if gcu is not None:
                 self._warn(
                     cls,

@@ -13,7 +13,7 @@ from mmengine.runner import Runner
 from mmgcu import GCUEmptyCacheHook, GCULogProcessor, GCURunner, GCUValLoop
 from mmgcu.binding import CardBound
 from mmgcu.device.fallback import CPUAccelerator
-from mmgcu.hooks import GCUDevicePlacementHook
+from mmgcu.engine.hooks import GCUDevicePlacementHook
 from tests import fakes
 from tests.conftest import run_log
 

@@ -239,7 +239,7 @@ DDP_TYPES = [
 )
 def test_ddp_resolves_to_the_accelerators_wrapper(monkeypatch, kind, wrapper, given):
     accelerator = fakes.ACCELERATORS[kind](monkeypatch)
-    assert accelerator.ddp_wrapper == wrapper.__name__
+    assert wrapper.fits(accelerator)
 
     resolved = Counterparts(accelerator).resolve(dict(type=given), MODEL_WRAPPERS)
 

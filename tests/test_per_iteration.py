@@ -8,13 +8,14 @@ nothing here, while new per-iteration work in any file does:
 
 - from iteration 2 on, training iterations call only the optimizer wrapper's step path
   (``mmgcu/optim/wrappers.py``), the accelerator's step (``device/base.py`` on 2.x,
-  ``device/gcu1.py`` on 1.x) and the queue of step scalars (``message_hub.py``,
-  ``hooks/runtime_info.py``), within their budgets, the same in every iteration;
-- validation iterations call only the loop's autocast path (``mmgcu/loops.py``) and the
+  ``device/gcu1.py`` on 1.x) and the queue of step scalars (``message_hub.py``, the
+  history read it makes through ``compat/mmengine.py``, ``hooks/runtime_info.py``), within
+  their budgets, the same in every iteration;
+- validation iterations call only the loop's autocast path (``mmgcu/engine/loops.py``) and the
   message hub, which passes the iteration's host values through;
 - iteration 1 calls more: the one-time first-batch check (``mmgcu/model/placement.py``)
   and the placement hook's check of parameters born in the first forward;
-- otherwise the placement hook (``mmgcu/hooks/placement.py``) runs before the loop, never
+- otherwise the placement hook (``mmgcu/engine/hooks/placement.py``) runs before the loop, never
   in it.
 
 Calls into ``mmgcu/sim/`` are the simulated vendor library (what torch_gcu itself does) and
@@ -40,8 +41,10 @@ VAL_ITERS = 3
 VENDOR = "mmgcu/sim/"
 
 #: Host-side bookkeeping of the card's step scalars (each logged value is queued, not read):
-#: the message hub's queue and GCURuntimeInfoHook's check for a new key.
-SCALARS = {"mmgcu/message_hub.py": 29, "mmgcu/hooks/runtime_info.py": 1}
+#: the message hub's queue, its history read of a host value (IterTimerHook's time, through
+#: mmgcu.compat) and GCURuntimeInfoHook's check for a new key.
+HUB = {"mmgcu/engine/message_hub.py": 14, "mmgcu/compat/mmengine.py": 1}
+SCALARS = {**HUB, "mmgcu/engine/hooks/runtime_info.py": 1}
 #: Calls per training iteration (from the 2nd on) each file may make, by accelerator kind.
 TRAIN_BUDGET = {
     "gcu2": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/base.py": 1, **SCALARS},
@@ -49,11 +52,15 @@ TRAIN_BUDGET = {
 }
 #: Calls per validation iteration each file may make (the loop's autocast; the hub passes
 #: the iteration's host values through).
-VAL_BUDGET = {"mmgcu/loops.py": 2, "mmgcu/message_hub.py": 9}
+VAL_BUDGET = {
+    "mmgcu/engine/loops.py": 2,
+    "mmgcu/engine/message_hub.py": 5,
+    "mmgcu/compat/mmengine.py": 1,
+}
 #: Lazy graphs the simulated vendor runs per training iteration.
 GRAPH_RUNS = {"gcu2": 0, "gcu1": 1}
 FIRST_BATCH_CHECK = "mmgcu/model/placement.py"
-PLACEMENT_HOOK = "mmgcu/hooks/placement.py"
+PLACEMENT_HOOK = "mmgcu/engine/hooks/placement.py"
 
 
 def plugin(counts):

@@ -71,7 +71,7 @@ def load_model(config: str, checkpoint: str):
     from mmengine.model import revert_sync_batchnorm
     from mmseg.apis import init_model
 
-    from mmgcu.checkpoint_globals import mmengine_checkpoint_globals
+    from mmgcu.checkpoint.plain import mmengine_checkpoint_globals
 
     with mmengine_checkpoint_globals(checkpoint), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # mmseg's own deprecations, said during training

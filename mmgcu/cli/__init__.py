@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``mmgcu`` console script; returns the exit status."""
+    from ..runtime import excepthook
+
+    excepthook.install()  # a GCUError is printed alone
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

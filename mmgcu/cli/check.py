@@ -19,6 +19,7 @@ import tempfile
 import time
 from typing import List, Optional
 
+from .. import sim
 from . import check_worker as worker
 
 PREFIX = "mmgcu check: "
@@ -127,7 +128,7 @@ def launch(args, nproc: int, out: str, started: float) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     cmd += [f"--nproc_per_node={nproc}", "-m", worker.__name__, "--out", out]
     cmd += ["--steps", str(args.steps), "--device", args.device, "--timeout", str(args.timeout)]
-    env = dict(os.environ)
+    env = sim.child_env(os.environ)  # the workers do not repeat this process's notice
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its warning
     log_path = os.path.join(out, "launcher.log")
     with open(log_path, "w") as log:

@@ -1,7 +1,7 @@
 """One rank of ``mmgcu check``, started by torchrun (``-m mmgcu.cli.check_worker``).
 
 It does what a training job does first, through mmgcu only: take the rank's card and
-create the process group (:func:`mmgcu.dist.init_distributed`), run collectives on card
+create the process group (:func:`mmgcu.runtime.dist.init_distributed`), run collectives on card
 tensors and on CPU objects, then train a small deterministic model with
 :class:`~mmgcu.model.GCUDistributedDataParallel`. Rank 0 trains the same steps on one card
 over the whole batch; a mean loss makes both equal up to float error, so any difference
@@ -14,14 +14,14 @@ module for :func:`read_results`.
 """
 
 import argparse
-import glob
-import json
 import os
 import sys
 import time
 import traceback
 from collections import OrderedDict
 from typing import Dict, List, Optional
+
+from ..runtime.files import rank_file, read_rank_files, write_json_atomically
 
 #: The phases a rank reports, in order.
 PHASES = ("start", "init", "collectives", "ddp", "done")
@@ -38,28 +38,17 @@ class Report:
     """This rank's JSON file: phase, pid (so the launcher can clean up) and the outcome."""
 
     def __init__(self, out: str, rank: int):
-        self.path = os.path.join(out, f"rank{rank}.json")
+        self.path = rank_file(out, rank)
         self.data = {"rank": rank, "pid": os.getpid(), "ok": None}
 
     def update(self, **values) -> None:
         self.data.update(values, time=time.time())
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.data, f)
-        os.replace(tmp, self.path)
+        write_json_atomically(self.path, self.data, durable=False)
 
 
 def read_results(out: str) -> Dict[int, dict]:
     """The latest report of every rank that wrote one, by rank."""
-    results = {}
-    for path in glob.glob(os.path.join(out, "rank*.json")):
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue
-        results[int(data["rank"])] = data
-    return results
+    return read_rank_files(out)
 
 
 def check_collectives(card_dist, dist, device, group, rank: int, world: int) -> None:
@@ -120,7 +109,7 @@ def _card_collectives(card_dist, device, group, rank: int, world: int) -> List[L
     return wrong
 
 
-def _model(torch):
+def _toy_model(torch):
     torch.manual_seed(SEED)
     return torch.nn.Sequential(
         torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUTPUTS)
@@ -146,11 +135,13 @@ def _ddp(accelerator, model):
     The model has no buffers, so no buffer-sync option is passed (torch >= 2.13 warns about
     ``broadcast_buffers``).
     """
-    from mmengine.registry import MODEL_WRAPPERS
+    from mmengine.model import MMDistributedDataParallel
 
     from .. import model as _  # noqa: F401  (registers the wrappers)
+    from ..counterparts import Counterparts
 
-    return MODEL_WRAPPERS.get(accelerator.ddp_wrapper)(model, accelerator=accelerator)
+    wrapper = Counterparts(accelerator).target(MMDistributedDataParallel)
+    return wrapper(model, accelerator=accelerator)
 
 
 def check_ddp(dist, accelerator, device, rank: int, world: int, steps: int) -> Optional[float]:
@@ -165,7 +156,7 @@ def check_ddp(dist, accelerator, device, rank: int, world: int, steps: int) -> O
 
     from ..model.placement import misplaced, misplaced_message
 
-    model = _model(torch)
+    model = _toy_model(torch)
     single = copy.deepcopy(model) if rank == 0 else None
     gen = torch.Generator().manual_seed(SEED)
     x = torch.randn(ROWS_PER_RANK * world, FEATURES, generator=gen)
@@ -209,7 +200,7 @@ def run_checks(args, report: Report) -> dict:
 
     from .. import sim
     from ..device import select_accelerator
-    from ..dist import init_distributed
+    from ..runtime.dist import init_distributed
 
     rank, world = dist_env()
     accelerator = select_accelerator(args.device)
@@ -242,7 +233,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
 
-    from ..device import GCUError
+    from ..errors import GCUError
 
     report = Report(args.out, dist_env()[0])
     report.update(phase="start")

@@ -18,7 +18,6 @@ import sys
 from collections import OrderedDict
 from typing import Any, Callable, Dict
 
-VISIBLE_VARS = ("TOPS_VISIBLE_DEVICES", "ENFLAME_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 ECCL_PREFIXES = ("ECCL_", "TORCH_ECCL_")
 ECCL_MISSING = "ECCL is not available: "  # how the backends' GCUError starts
 #: Where TopsRider installs; only files found there are reported, nothing is assumed.
@@ -127,7 +126,7 @@ def _cards(accelerator) -> Dict[str, Any]:
 
 
 def _dist(accelerator) -> Dict[str, Any]:
-    from ..device import GCUError
+    from ..errors import GCUError
 
     info = OrderedDict()  # type: Dict[str, Any]
     if not accelerator.is_gcu:
@@ -202,8 +201,10 @@ def _openmmlab() -> Dict[str, str]:
 
 def _visible_vars() -> Dict[str, str]:
     """Each visible-devices variable as set ('set but empty' hides every card)."""
+    from ..device.cards import VISIBLE_VARS
+
     shown = {}
-    for name in VISIBLE_VARS:
+    for name in (*VISIBLE_VARS, "CUDA_VISIBLE_DEVICES"):
         value = os.environ.get(name)
         shown[name] = "unset" if value is None else value
         if value is not None and not value.strip(" ,"):

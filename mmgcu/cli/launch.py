@@ -56,6 +56,7 @@ def _load(name: str, path: str):
 
 
 if __package__:
+    from .. import sim as _sim
     from ..device import cards as _cards
     from . import configs as _configs
     from . import preflight as _preflight
@@ -63,6 +64,7 @@ else:  # run as a script by tools/dist_*.sh: no mmgcu package, no torch
     _cards = _load("_mmgcu_cards", osp.join(HERE, "..", "device", "cards.py"))
     _configs = _load("_mmgcu_configs", osp.join(HERE, "configs.py"))
     _preflight = _load("_mmgcu_preflight", osp.join(HERE, "preflight.py"))
+    _sim = None  # nor a simulator that said anything
 
 
 def add_parsers(sub, prog: Optional[str] = None) -> None:
@@ -314,7 +316,8 @@ def run(args) -> int:
             args.mode,
             args.config,
             args.args,
-            dict(os.environ),
+            # The ranks do not repeat what this process said of simulated cards.
+            dict(os.environ) if _sim is None else _sim.child_env(os.environ),
             prog,
             getattr(args, "checkpoint", None),
         )

@@ -10,8 +10,15 @@ from typing import Optional, Tuple
 
 import torch
 
-from .base import Accelerator, CardGroup, GCUError
-from .cards import count_cards, parse_efsmi, physical_card, visible_devices
+from ..errors import GCUError
+from .base import Accelerator, CardGroup
+from .cards import (
+    GENERATION_ALIASES,
+    count_cards,
+    parse_efsmi,
+    physical_card,
+    visible_devices,
+)
 from .fallback import CPUAccelerator, CUDAAccelerator
 
 __all__ = [
@@ -29,7 +36,7 @@ __all__ = [
 #: Values of ``env_cfg.device``: 'auto' detects; 'gcu' demands either GCU generation.
 DEVICES = ("auto", "gcu", "gcu2", "gcu1", "cuda", "cpu")
 #: Other names users type for the two torch_gcu generations.
-ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
+ALIASES = GENERATION_ALIASES
 _WANTED = {"gcu": "a GCU", "gcu2": "torch_gcu 2.x", "gcu1": "torch_gcu 1.x"}
 
 

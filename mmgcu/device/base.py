@@ -9,9 +9,13 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from ..errors import GCUError
 
-class GCUError(RuntimeError):
-    """A launch or set-up mistake mmgcu stops on, with a message that names the fix."""
+
+def simulated(torch_gcu) -> bool:
+    """Whether the ``torch_gcu`` module is mmgcu's simulator (it registers its own package
+    under that name, so the module's real name says so)."""
+    return getattr(torch_gcu, "__name__", "").startswith("mmgcu.sim.")
 
 
 class CardGroup:
@@ -60,9 +64,9 @@ class Accelerator:
         default_pg_backend: backend of torch.distributed's default group. mmengine's own
             collectives use that group and send CPU tensors for backends it does not
             know, so it must carry CPU tensors.
-        ddp_wrapper: the ``MODEL_WRAPPERS`` name of the DDP wrapper for this kind.
         amp_dtypes: the dtypes autocast supports here.
         card_group: the :class:`CardGroup` for card tensors, once process groups exist.
+        simulated: whether torch_gcu is mmgcu's simulator (:mod:`mmgcu.sim`).
     """
 
     kind = "base"
@@ -70,8 +74,9 @@ class Accelerator:
     is_gcu = False
     description = ""
     default_pg_backend = "gloo"
-    ddp_wrapper = "GCUDistributedDataParallel"
     amp_dtypes: tuple = ()
+    #: Whether the cards are mmgcu's simulated ones (torch_gcu is ``mmgcu.sim``'s).
+    simulated = False
 
     def __init__(self):
         self.card_group: Optional[CardGroup] = None
@@ -138,6 +143,11 @@ class Accelerator:
     def ddp_kwargs(self, card: int) -> Dict[str, Any]:
         """The device arguments of this kind's DDP for card ``card``."""
         return {}
+
+    def vendor_ddp(self) -> type:
+        """This kind's DistributedDataParallel class: torch's, unless the vendor has its own
+        (the DDP wrapper that stands in for mmengine's is chosen by it)."""
+        return torch.nn.parallel.DistributedDataParallel
 
     # -- precision ---------------------------------------------------------------------
     def autocast(self, dtype: torch.dtype = torch.float16, enabled: bool = True):

@@ -26,6 +26,9 @@ SIMULATE_ENV = "MMGCU_SIMULATE"
 #: release runs, and the cards of one server. The T20 runs torch_gcu 1.x (TopsRider 2.x);
 #: torch_gcu 2.x is the S60's (TopsRider 3.x).
 HARDWARE = {"t20": ("gcu1", 8), "s60": ("gcu2", 8)}
+#: Other names users type for the two torch_gcu generations (``env_cfg.device``,
+#: ``mmgcu check --device``, ``MMGCU_SIMULATE_API``).
+GENERATION_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
 
 # One card per row: '* 0      T20   | 10.19.3 | ...' (classic) or '| 0  T20  | ...' (newer).
 _EFSMI_ROW = re.compile(r"^\s*[*|]\s*(\d+)\s+([A-Za-z][\w-]*)\s*\|")

@@ -46,7 +46,8 @@ from typing import Optional
 
 import torch
 
-from .base import Accelerator, CardGroup, GCUError
+from ..errors import GCUError
+from .base import Accelerator, CardGroup, simulated
 
 #: ``env_cfg.gcu_jit_mode`` values; None picks ASYNC for several ranks, SAFEASYNC for one,
 #: as Enflame's own training scripts do.
@@ -59,12 +60,12 @@ class GCU1Accelerator(Accelerator):
     device_type = "xla"
     is_gcu = True
     default_pg_backend = "gloo"
-    ddp_wrapper = "GCU1DistributedDataParallel"
     amp_dtypes = (torch.float16, torch.bfloat16)
 
     def __init__(self, torch_gcu, jit_mode: Optional[str] = None):
         super().__init__()
         self.torch_gcu = torch_gcu
+        self.simulated = simulated(torch_gcu)
         self.description = f"torch_gcu {torch_gcu.get_version()} (1.x, XLA 'xla')"
         if jit_mode is not None and jit_mode not in JIT_MODES:
             raise GCUError(f"env_cfg.gcu_jit_mode={jit_mode!r}: use one of {JIT_MODES}")
@@ -101,14 +102,14 @@ class GCU1Accelerator(Accelerator):
         self.torch_gcu.manual_seed_all(int(seed) % 2**32)
 
     def check_collectives(self) -> None:
-        if not self._distributed().is_eccl_available():
+        if not self._gcu_dist().is_eccl_available():
             raise GCUError(
                 "ECCL is not available: torch_gcu.distributed.is_eccl_available() is False "
                 "(torch_gcu could not load ProcessGroupECCL). Install the ECCL package of "
                 "your TopsRider release."
             )
 
-    def _distributed(self):
+    def _gcu_dist(self):
         import torch_gcu.distributed as gcu_dist
 
         return gcu_dist
@@ -121,7 +122,7 @@ class GCU1Accelerator(Accelerator):
             dist.init_process_group(backend=pg_backend, timeout=timeout, **kwargs)
         except Exception as e:
             raise GCUError(f"creating the torch.distributed {pg_backend} group failed: {e}") from e
-        gcu_dist = self._distributed()
+        gcu_dist = self._gcu_dist()
         try:
             gcu_dist.init_process_group(
                 "eccl",
@@ -139,7 +140,7 @@ class GCU1Accelerator(Accelerator):
         return self.card_group
 
     def adopt_process_groups(self) -> CardGroup:
-        gcu_dist = self._distributed()
+        gcu_dist = self._gcu_dist()
         if not gcu_dist.is_initialized():
             raise GCUError(
                 "torch.distributed was initialised before GCURunner, but torch_gcu.distributed "
@@ -154,7 +155,7 @@ class GCU1Accelerator(Accelerator):
         # device_ids=None would replicate the model onto every visible card.
         return dict(device_ids=[card], process_group=self.card_group.group)
 
-    def vendor_ddp(self):
+    def vendor_ddp(self) -> type:
         return self.torch_gcu.nn.parallel.DistributedDataParallel
 
     def autocast(self, dtype=torch.float16, enabled=True):

@@ -8,7 +8,8 @@ With ``fallback.py`` the only module allowed torch APIs newer than 1.10
 
 import torch
 
-from .base import GCUError
+from ..errors import GCUError
+from .base import simulated
 from .fallback import DeviceModuleAccelerator
 
 
@@ -22,6 +23,7 @@ class GCU2Accelerator(DeviceModuleAccelerator):
 
     def __init__(self, torch_gcu):
         super().__init__(torch.gcu)
+        self.simulated = simulated(torch_gcu)
         version = getattr(torch_gcu, "__version__", "unknown")
         self.description = f"torch_gcu {version} (2.x, PrivateUse1 'gcu')"
 

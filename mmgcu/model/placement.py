@@ -8,7 +8,7 @@ from typing import List, Tuple
 
 import torch
 
-from ..device import GCUError
+from ..errors import GCUError
 
 _SHOWN = 5
 

@@ -51,9 +51,10 @@ import sys
 from typing import Optional
 
 import torch
-from mmengine.model.utils import _BatchNormXd
 from mmengine.registry import MODELS
 from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..compat.mmengine import BatchNormXd
 
 __all__ = [
     "GCUSyncBatchNorm",
@@ -308,13 +309,13 @@ def revert_gcu_sync_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
     """``module`` with every :class:`GCUSyncBatchNorm` replaced by a plain BatchNorm.
 
     mmengine's ``revert_sync_batchnorm`` knows only torch's and mmcv's SyncBN; this turns
-    GCUSyncBN layers into the same ``_BatchNormXd`` it makes, keeping their tensors.
+    GCUSyncBN layers into the same plain BatchNorm it makes, keeping their tensors.
     """
     output = module
     if isinstance(module, GCUSyncBatchNorm):
         output = _moved(
             module,
-            _BatchNormXd(
+            BatchNormXd(
                 module.num_features,
                 module.eps,
                 module.momentum,

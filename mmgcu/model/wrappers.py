@@ -20,8 +20,10 @@ from mmengine.dist import get_rank
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
+from ..compat.mmengine import MMDDPSteps
 from ..counterparts import replaces
-from ..device import Accelerator, GCUError
+from ..device import Accelerator
+from ..errors import GCUError
 from .placement import check_placement
 
 _STOCK_DDP = (MMDistributedDataParallel, torch.nn.parallel.DistributedDataParallel)
@@ -78,6 +80,11 @@ class GCUDistributedDataParallel(MMDistributedDataParallel):
         **kwargs: DDP options (``broadcast_buffers``, ``bucket_cap_mb``, ...).
     """
 
+    @classmethod
+    def fits(cls, accelerator: Accelerator) -> bool:
+        """Whether this wrapper is the one for ``accelerator``: its DDP is torch's."""
+        return issubclass(accelerator.vendor_ddp(), torch.nn.parallel.DistributedDataParallel)
+
     def __init__(self, module, accelerator: Accelerator, detect_anomalous_params=False, **kwargs):
         card = accelerator.current_device()
         check_placement(module, accelerator.device(card), f"rank {get_rank()}")
@@ -93,7 +100,7 @@ class GCUDistributedDataParallel(MMDistributedDataParallel):
     "ECCL group",
     everywhere=True,
 )
-class GCU1DistributedDataParallel(torch.nn.Module):
+class GCU1DistributedDataParallel(MMDDPSteps, torch.nn.Module):
     """mmengine's wrapper contract around torch_gcu 1.x's DistributedDataParallel.
 
     Args:
@@ -104,6 +111,11 @@ class GCU1DistributedDataParallel(torch.nn.Module):
         **kwargs: the vendor DDP's options (``broadcast_buffers``, ``bucket_cap_mb``,
             ``find_unused_parameters``, ``gradient_as_bucket_view``).
     """
+
+    @classmethod
+    def fits(cls, accelerator: Accelerator) -> bool:
+        """Whether this wrapper is the one for ``accelerator``: its DDP is not torch's."""
+        return not GCUDistributedDataParallel.fits(accelerator)
 
     def __init__(self, module, accelerator: Accelerator, detect_anomalous_params=False, **kwargs):
         super().__init__()
@@ -123,9 +135,3 @@ class GCU1DistributedDataParallel(torch.nn.Module):
     def no_sync(self):
         """Skip the gradient all-reduce (gradient accumulation), as torch's DDP does."""
         return self.ddp.no_sync()
-
-    # mmengine's own steps: they need only .module, _run_forward, forward and the flag.
-    train_step = MMDistributedDataParallel.train_step
-    val_step = MMDistributedDataParallel.val_step
-    test_step = MMDistributedDataParallel.test_step
-    _run_forward = MMDistributedDataParallel._run_forward

@@ -16,15 +16,17 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
 from ..binding import say_off_card
+from ..compat.mmengine import TensorGradNorm, init_amp_optim_wrapper
 from ..counterparts import replaces
-from ..device import Accelerator, GCUError
+from ..device import Accelerator
 from ..device.fallback import CUDAAccelerator
+from ..errors import GCUError
 
 
-class CardStep:
+class CardStep(TensorGradNorm):
     """What both GCU optimizer wrappers share: the accelerator and model a step runs on,
-    and the last loss given to ``update_params``, which a lazy device's graph takes as an
-    output."""
+    the last loss given to ``update_params``, which a lazy device's graph takes as an
+    output, and a clipped gradient norm logged as the card tensor it is."""
 
     accelerator: Optional[Accelerator] = None
     model: Optional[torch.nn.Module] = None
@@ -44,21 +46,6 @@ class CardStep:
         # new tensor): the one whose value the log will read, so the graph outputs it.
         self._loss = loss.detach()
         super().update_params(loss, step_kwargs, zero_kwargs)
-
-    def _clip_grad(self) -> None:
-        """``OptimWrapper._clip_grad`` of mmengine 0.10.7, logging the norm as the tensor it
-        is: mmengine's ``float(grad)`` reads the card every step. A test fails when that
-        upstream method changes."""
-        params = [
-            p
-            for group in self.optimizer.param_groups
-            for p in group["params"]
-            if p.requires_grad and p.grad is not None
-        ]
-        if params:
-            grad = self.clip_func(params, **self.clip_grad_kwargs)
-            if grad is not None:  # clip_grad_value_ returns None
-                self.message_hub.update_scalar(f"train/{self.grad_name}", grad)
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -81,7 +68,7 @@ class GCUOptimWrapper(CardStep, OptimWrapper):
             say_off_card(self, None)
             return super().step(**kwargs)
         if self.clip_grad_kwargs:
-            self._clip_grad()
+            self.clip_grad()
         accelerator.optimizer_step(self.optimizer, self.model, self._loss, **kwargs)
 
 
@@ -105,10 +92,10 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
             step count advances. None: the card's default.
         **kwargs: passed to :class:`OptimWrapper`.
 
-    ``AmpOptimWrapper.__init__`` (mmengine 0.10.7) asserts CUDA and builds
-    ``torch.cuda.amp.GradScaler``, so this ``__init__`` does not call it: it takes the same
-    arguments, and the card's scaler is made at :meth:`bind`. A test fails when that
-    upstream ``__init__`` changes.
+    ``AmpOptimWrapper.__init__`` asserts CUDA and builds ``torch.cuda.amp.GradScaler``, so
+    this ``__init__`` takes the same arguments and does the rest of it
+    (:func:`mmgcu.compat.mmengine.init_amp_optim_wrapper`); the card's scaler is made at
+    :meth:`bind`.
     """
 
     def __init__(
@@ -121,19 +108,7 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
     ):
         if use_fsdp:
             raise GCUError("GCUAmpOptimWrapper does not support use_fsdp=True")
-        OptimWrapper.__init__(self, **kwargs)
-        self._scale_update_param = None
-        if loss_scale == "dynamic":
-            self._scaler_args = {}
-        elif isinstance(loss_scale, float):
-            self._scale_update_param = loss_scale
-            self._scaler_args = dict(init_scale=loss_scale)
-        elif isinstance(loss_scale, dict):
-            self._scaler_args = dict(loss_scale)
-        else:
-            raise TypeError(
-                f'loss_scale must be of type float, dict, or "dynamic", but got {loss_scale}'
-            )
+        self._scaler_args = init_amp_optim_wrapper(self, loss_scale, **kwargs)
         if isinstance(dtype, str):
             if dtype not in self.valid_dtypes:
                 raise GCUError(f"optim_wrapper.dtype={dtype!r}: use one of {self.valid_dtypes}")

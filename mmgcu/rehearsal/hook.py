@@ -22,7 +22,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from .. import sim
-from ..checkpoint import write_text_atomically
+from ..runtime.files import write_text_atomically
 
 OUT_DIR = "rehearsal"
 

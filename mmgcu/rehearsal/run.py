@@ -15,10 +15,10 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
-from ..checkpoint import write_text_atomically
 from ..cli import launch, preflight
 from ..device.cards import HARDWARE, SIMULATE_ENV
-from ..locks import LOCK_DIR_ENV
+from ..runtime.files import write_text_atomically
+from ..runtime.locks import LOCK_DIR_ENV
 from . import data, plan, report
 from .hook import OUT_DIR
 
@@ -64,7 +64,7 @@ def _launch(
     # or another rehearsal's, are no business of theirs).
     env[LOCK_DIR_ENV] = osp.join(work_dir, "card-locks")
     env.pop("MMGCU_SIMULATE_API", None)
-    env.pop("MMGCU_SIMULATE_NOTICE", None)
+    env.pop("MMGCU_SIMULATE_NOTICE", None)  # each job's log says it is simulated
     command = [sys.executable, "-m", "torch.distributed.run"]
     command += launch.rendezvous(env, launch.torch_version())
     command += [f"--nproc_per_node={cards}", *launch.train_script(env), config]

@@ -13,20 +13,21 @@ import logging
 import os
 import sys
 
+from ..device.cards import GENERATION_ALIASES
 from . import state
 
 ENV_CARDS = "MMGCU_SIMULATE"
 ENV_API = "MMGCU_SIMULATE_API"
 # MMGCU_SIMULATE_ECCL=0 models a GCU host whose ECCL is missing (a broken install).
 ENV_ECCL = "MMGCU_SIMULATE_ECCL"
-# Set once the simulator has said so, so the processes this one starts (the ranks of
-# `mmgcu train`, of `mmgcu check`) do not say it again.
+# Given by a launcher whose process said so to the processes it starts (the ranks of
+# `mmgcu train`, of `mmgcu check`), so that they do not say it again (see child_env).
 ENV_NOTICE = "MMGCU_SIMULATE_NOTICE"
 #: Where launchers put the global rank before any process group exists.
 RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "LOCAL_RANK")
 #: The torch_gcu generations the simulator models, and the other names users type for them.
 APIS = ("gcu2", "gcu1")
-API_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
+API_ALIASES = GENERATION_ALIASES
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def install(cards=None, api=None):
     atexit.register(_release_autograd_threads)
     module = _install_gcu2() if api == "gcu2" else _install_gcu1()
     if _says_it():
-        os.environ[ENV_NOTICE] = "shown"
+        state.notice_shown = True
         logger.warning(
             "mmgcu: torch_gcu is SIMULATED (%s: the torch_gcu %s API, %s:N; %d cards on host "
             "memory); results prove device placement and distribution, not GCU speed or "
@@ -106,6 +107,15 @@ def install(cards=None, api=None):
             state.cards,
         )
     return module
+
+
+def child_env(env: dict) -> dict:
+    """``env`` for a process this one starts: told that the notice was shown, when this
+    process showed it (one notice per job, not one per rank)."""
+    env = dict(env)
+    if state.notice_shown or os.environ.get(ENV_NOTICE) == "shown":
+        env[ENV_NOTICE] = "shown"
+    return env
 
 
 def resolve_api(given, hardware) -> str:

@@ -11,6 +11,8 @@ hardware: Optional[str] = None  # 'T20' (torch_gcu 1.x) or 'S60' (2.x)
 #: Vendor calls this process made, and the lazy graphs it ran (torch_gcu 1.x), so tests and
 #: the benchmark can see how mmgcu drives the simulated torch_gcu.
 counters: collections.Counter = collections.Counter()
+#: Whether this process said that torch_gcu is simulated (its launchers tell their children).
+notice_shown = False
 
 
 def current_card() -> int:

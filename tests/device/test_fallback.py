@@ -43,7 +43,7 @@ def test_cuda_attributes():
     assert (accelerator.kind, accelerator.device_type) == ("cuda", "cuda")
     assert accelerator.is_gcu is False
     assert accelerator.default_pg_backend == "nccl"
-    assert accelerator.ddp_wrapper == "GCUDistributedDataParallel"
+    assert accelerator.vendor_ddp() is torch.nn.parallel.DistributedDataParallel
     assert accelerator.amp_dtypes == (torch.float16, torch.bfloat16)
     assert accelerator.ddp_kwargs(1) == {"device_ids": [1], "output_device": 1}
 
@@ -123,7 +123,7 @@ def test_cpu_reports_no_memory_and_has_no_cache():
 def test_cpu_ddp_and_groups():
     accelerator = CPUAccelerator()
     assert accelerator.default_pg_backend == "gloo"
-    assert accelerator.ddp_wrapper == "GCUDistributedDataParallel"
+    assert accelerator.vendor_ddp() is torch.nn.parallel.DistributedDataParallel
     assert accelerator.ddp_kwargs(0) == {}
 
 

@@ -67,7 +67,7 @@ def test_kind_attributes(accelerator):
     assert (accelerator.kind, accelerator.device_type, accelerator.is_gcu) == ("gcu1", "xla", True)
     # mmengine's collectives send CPU tensors: the default group is gloo; cards use ECCL.
     assert accelerator.default_pg_backend == "gloo"
-    assert accelerator.ddp_wrapper == "GCU1DistributedDataParallel"
+    assert accelerator.vendor_ddp() is accelerator.torch_gcu.nn.parallel.DistributedDataParallel
     assert accelerator.amp_dtypes == (torch.float16, torch.bfloat16)
     assert accelerator.card_group is None
     assert accelerator.description == "torch_gcu 2.5.136 (1.x, XLA 'xla')"

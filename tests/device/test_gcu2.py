@@ -38,7 +38,7 @@ def test_kind_attributes(accelerator):
     assert (accelerator.kind, accelerator.device_type, accelerator.is_gcu) == ("gcu2", "gcu", True)
     # mmengine sends CPU tensors through the default group, so it needs gloo for CPU.
     assert accelerator.default_pg_backend == "cpu:gloo,gcu:eccl"
-    assert accelerator.ddp_wrapper == "GCUDistributedDataParallel"
+    assert accelerator.vendor_ddp() is torch.nn.parallel.DistributedDataParallel
     assert accelerator.amp_dtypes == (torch.float16, torch.bfloat16)
     assert accelerator.description == "torch_gcu 2.5.0 (2.x, PrivateUse1 'gcu')"
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-import mmgcu.heartbeat as hb
+import mmgcu.runtime.heartbeat as hb
 from tests.conftest import REPO, clean_env, last_json, running
 from tests.e2e.conftest import (
     LEG_API,

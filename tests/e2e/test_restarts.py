@@ -1,7 +1,7 @@
 """``torchrun --max_restarts=N`` with ``--resume`` survives a transient failure: a rank dies
 once, torchrun restarts every rank, the job resumes from the newest checkpoint and ends at
 ``max_iters``. On torch 2.x the restarted ranks meet on the rendezvous store the agent
-kept, where mmgcu's groups use keys of their own attempt (see ``mmgcu.dist``).
+kept, where mmgcu's groups use keys of their own attempt (see ``mmgcu.runtime.dist``).
 
 The job has its own rendezvous endpoint (torch 1.10's ``--standalone`` is always
 localhost:29400, which another job on the host may hold).

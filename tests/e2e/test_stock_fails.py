@@ -25,7 +25,8 @@ def test_stock_init_dist_calls_torch_cuda_set_device(tmp_path):
     """mmengine's _init_dist_pytorch calls torch.cuda.set_device on a GCU host."""
     from tests.e2e.conftest import free_port
 
-    # MMGCU_TRACEBACK=1: the stock traceback (mmgcu's hint replaces it otherwise, test_errors.py).
+    # MMGCU_TRACEBACK=1: the stock traceback (mmgcu's hint replaces it otherwise,
+    # tests/runtime/test_excepthook.py).
     env = dict(ENV, MASTER_PORT=free_port(), MMGCU_TRACEBACK=1)
     proc = run_program(STOCK_RUNNER, tmp_path, check=False, **env)
     assert proc.returncode != 0

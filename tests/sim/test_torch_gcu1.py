@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mmgcu.dist import lost_peer
+from mmgcu.runtime.dist import lost_peer
 from tests.conftest import REPO, clean_env, last_json
 from tests.sim.helpers import run_ranks
 from tests.sim.programs import torch_gcu1_facts

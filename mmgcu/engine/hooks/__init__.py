@@ -1,0 +1,11 @@
+from .empty_cache import GCUEmptyCacheHook
+from .placement import GCUDevicePlacementHook
+from .runtime_info import GCURuntimeInfoHook
+from .watchdog import GCUWatchdogHook
+
+__all__ = [
+    "GCUWatchdogHook",
+    "GCUDevicePlacementHook",
+    "GCUEmptyCacheHook",
+    "GCURuntimeInfoHook",
+]

@@ -1,0 +1,51 @@
+"""``GCURuntimeInfoHook``: mmengine's :class:`RuntimeInfoHook` for scalars kept on the card.
+
+On GCU cards ``GCURunner``'s message hub is a :class:`~mmgcu.engine.message_hub.CardMessageHub`,
+which keeps the losses of each step on the card until something reads them. This hook
+hands them over where stock mmengine would already have them: after the first step of a
+new scalar (so the log keeps mmengine's order of keys), at the end of every epoch and of
+training, and before validation and testing.
+"""
+
+from mmengine.hooks import RuntimeInfoHook
+from mmengine.registry import HOOKS
+
+from ...counterparts import replaces
+from ..message_hub import CardMessageHub
+
+
+def _flush(runner) -> None:
+    if isinstance(runner.message_hub, CardMessageHub):
+        runner.message_hub.flush()
+
+
+@HOOKS.register_module()
+@replaces(
+    RuntimeInfoHook,
+    why="it reads every logged loss of every step from the card (.item()), a host wait each",
+    does="it keeps the step's losses on the card and reads them once per log line",
+)
+class GCURuntimeInfoHook(RuntimeInfoHook):
+    """:class:`RuntimeInfoHook` whose step scalars reach the message hub in one transfer
+    per log line (see :mod:`mmgcu.engine.message_hub`)."""
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        super().after_train_iter(runner, batch_idx, data_batch, outputs)
+        hub = runner.message_hub
+        if isinstance(hub, CardMessageHub) and hub.has_new_keys():
+            hub.flush()
+
+    def after_train_epoch(self, runner) -> None:
+        _flush(runner)
+
+    def after_train(self, runner) -> None:
+        _flush(runner)
+        super().after_train(runner)
+
+    def before_val(self, runner) -> None:
+        _flush(runner)
+        super().before_val(runner)
+
+    def before_test(self, runner) -> None:
+        _flush(runner)
+        super().before_test(runner)

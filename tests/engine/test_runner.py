@@ -1,0 +1,368 @@
+"""GCURunner itself: real runners built from configs (mmengine's ``RunnerTestCase`` toy
+model, data and metric), on the CPU or on faked vendor modules (:mod:`tests.fakes`).
+
+What the runner delegates is tested on its collaborators: the card, the groups and the
+wrapped model in ``test_strategy.py``, locks and failure endings in
+``test_fault_guard.py``, checkpoint files in ``tests/checkpoint/test_io.py``.
+"""
+
+import ast
+import copy
+import os
+import time
+from unittest import mock
+
+import mmengine.runner.runner as mm_runner
+import pytest
+import torch
+from mmengine.hooks import EmptyCacheHook, Hook, RuntimeInfoHook
+from mmengine.logging import MessageHub
+from mmengine.optim import OptimWrapper, OptimWrapperDict
+from mmengine.registry import MODEL_WRAPPERS
+from mmengine.runner import LogProcessor, Runner, TestLoop, ValLoop
+
+import mmgcu.counterparts as counterparts
+import mmgcu.engine.fault_guard as mguard
+from mmgcu import (
+    CPUCheckpointHook,
+    GCUAmpOptimWrapper,
+    GCUDevicePlacementHook,
+    GCUEmptyCacheHook,
+    GCULogProcessor,
+    GCUOptimWrapper,
+    GCUTestLoop,
+    GCUValLoop,
+    GCUWatchdogHook,
+)
+from mmgcu.device.fallback import CPUAccelerator
+from mmgcu.engine.message_hub import CardMessageHub
+from mmgcu.engine.runner import GCURunner
+from tests import fakes
+from tests.conftest import LAUNCHER_VARS, REPO, free_port
+
+
+@pytest.fixture(autouse=True)
+def no_locks(monkeypatch):
+    """The card and work-dir locks are tests/runtime/test_locks.py's subject."""
+    monkeypatch.setattr(mguard, "hold_locks", lambda *args: None)
+
+
+@pytest.fixture
+def build(runner_case):
+    """``build(device, **cfg)``: a GCURunner from mmengine's toy config, as
+    ``tools/train.py`` builds it (``Runner.from_cfg`` of the config's runner type)."""
+
+    def build(device="cpu", hooks=(), **cfg):
+        config = copy.deepcopy(runner_case.epoch_based_cfg)
+        config.experiment_name = f"mmgcu_{time.time_ns()}"  # a hub of its own
+        config.env_cfg = dict(device=device, **cfg.pop("env_cfg", {}))
+        config.merge_from_dict(cfg)
+        if not hooks:
+            return GCURunner.from_cfg(config)
+        # Hook objects cannot be in a Config (it prints itself): given to the runner.
+        config = config.to_dict()
+        config.update(custom_hooks=list(hooks))
+        return GCURunner(**config)
+
+    return build
+
+
+# -- what __init__ creates ---------------------------------------------------------------------
+
+
+def test_the_collaborators_share_the_accelerator_the_config_names(build, monkeypatch):
+    fakes.gcu2(monkeypatch)  # a GCU is there, but the config names the CPU
+
+    runner = build("cpu")
+
+    assert isinstance(runner.accelerator, CPUAccelerator)
+    assert runner.strategy.accelerator is runner.accelerator
+    assert runner.guard.accelerator is runner.accelerator
+    assert runner.counterparts.accelerator is runner.accelerator
+    assert runner.card == 0
+
+
+def test_gcu_jit_mode_reaches_the_accelerator(build, monkeypatch):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1", env_cfg=dict(gcu_jit_mode="SYNC"))
+    assert runner.accelerator.summary()["jit_mode"] == "SYNC"
+
+
+@pytest.fixture
+def one_rank_group(monkeypatch):
+    """torchrun's variables for a world of one rank (a real gloo group is created)."""
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    yield
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.usefixtures("one_rank_group")
+def test_mmengines_setup_runs_after_the_group(build, monkeypatch):
+    stock_setup, seen = Runner.setup_env, []
+
+    def setup_env(self, env_cfg):
+        seen.append(torch.distributed.is_initialized())
+        stock_setup(self, env_cfg)
+
+    monkeypatch.setattr(Runner, "setup_env", setup_env)
+    init_dist = mock.Mock()
+    monkeypatch.setattr(mm_runner, "init_dist", init_dist)
+
+    runner = build("cpu", launcher="pytorch", env_cfg=dict(cudnn_benchmark=True))
+
+    assert seen == [True]  # the group existed when mmengine's set-up began
+    init_dist.assert_not_called()  # stock init_dist would call torch.cuda.set_device
+    assert (runner.rank, runner.world_size) == (0, 1)
+    assert isinstance(runner.guard.watchdog, GCUWatchdogHook)
+    assert runner.guard.watchdog in runner.hooks
+
+
+@pytest.mark.parametrize("diff_rank_seed", [False, True])
+def test_set_randomness_seeds_the_cards(build, monkeypatch, diff_rank_seed):
+    """torch_gcu 1.x is not reached by torch.manual_seed: the runner seeds the cards."""
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1")
+    monkeypatch.setattr("mmengine.runner.utils.get_rank", lambda: 3)
+
+    runner.set_randomness(seed=7, diff_rank_seed=diff_rank_seed)
+
+    expected = 7 + 3 if diff_rank_seed else 7
+    assert runner.seed == expected
+    runner.accelerator.torch_gcu.manual_seed_all.assert_called_with(expected)
+
+
+def test_a_wrapped_model_is_returned_unchanged(build):
+    class Wrapped(torch.nn.Module):
+        pass
+
+    name = "_MmgcuTestWrapped"
+    MODEL_WRAPPERS.register_module(name=name, module=Wrapped, force=True)
+    try:
+        wrapper = Wrapped()
+        assert build().wrap_model(None, wrapper) is wrapper
+    finally:
+        MODEL_WRAPPERS._module_dict.pop(name, None)
+
+
+# -- the message hub ----------------------------------------------------------------------------
+
+
+def test_on_a_card_the_hub_keeps_scalars_and_is_mmengines_current_hub(build, monkeypatch):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1")
+
+    assert isinstance(runner.message_hub, CardMessageHub)
+    assert isinstance(runner.message_hub, MessageHub)
+    assert MessageHub.get_current_instance() is runner.message_hub
+    assert runner.message_hub.instance_name == runner.experiment_name
+
+
+@pytest.mark.parametrize("device, cfg", [("gcu1", dict(gcu_defer_scalars=False)), ("cpu", {})])
+def test_elsewhere_the_hub_is_mmengines(build, monkeypatch, device, cfg):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build(device, **cfg)
+    assert type(runner.message_hub) is MessageHub
+
+
+# -- what mmengine builds from the config ---------------------------------------------------------
+
+
+def sgd_cfg(**kwargs):
+    return dict(optimizer=dict(type="SGD", lr=0.1), **kwargs)
+
+
+def test_optim_wrappers_become_gcu_ones_bound_to_the_card(build, monkeypatch):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1")
+
+    plain = runner.build_optim_wrapper(sgd_cfg())
+    amp = runner.build_optim_wrapper(sgd_cfg(type="AmpOptimWrapper", dtype="bfloat16"))
+
+    assert type(plain) is GCUOptimWrapper and type(amp) is GCUAmpOptimWrapper
+    for wrapper in (plain, amp):
+        assert (wrapper.accelerator, wrapper.model) == (runner.accelerator, runner.model)
+        assert wrapper.message_hub is runner.message_hub
+    assert isinstance(amp.loss_scaler, fakes.FakeGradScaler)
+    assert amp.cast_dtype is torch.bfloat16
+
+
+def test_optim_wrappers_stay_stock_off_a_gcu(build):
+    assert type(build().build_optim_wrapper(sgd_cfg())) is OptimWrapper
+
+
+def test_built_gcu_optim_wrappers_are_bound_too(build, monkeypatch):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1")
+    first = GCUOptimWrapper(optimizer=torch.optim.SGD(runner.model.parameters(), lr=0.1))
+    second = GCUAmpOptimWrapper(optimizer=torch.optim.SGD(runner.model.parameters(), lr=0.1))
+
+    built = runner.build_optim_wrapper(dict(first=first, second=second))
+
+    assert isinstance(built, OptimWrapperDict)
+    assert all(w.accelerator is runner.accelerator for w in (first, second))
+    assert all(w.model is runner.model for w in (first, second))
+    assert runner.build_optim_wrapper(first) is first
+
+
+def test_a_built_stock_optim_wrapper_on_a_gcu_is_warned(build, monkeypatch):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1")
+    warned = mock.Mock()
+    monkeypatch.setattr(counterparts, "print_log", warned)
+
+    runner.build_optim_wrapper(OptimWrapper(torch.optim.SGD(runner.model.parameters(), lr=0.1)))
+
+    said = [call.args[0] for call in warned.call_args_list]
+    assert len(said) == 1 and "an already built OptimWrapper was given" in said[0]
+
+
+@pytest.mark.parametrize(
+    "method, given, gcu_class, stock_class",
+    [
+        ("build_val_loop", dict(type="ValLoop", fp16=True), GCUValLoop, ValLoop),
+        ("build_val_loop", dict(fp16=True), GCUValLoop, ValLoop),
+        ("build_test_loop", dict(type="TestLoop"), GCUTestLoop, TestLoop),
+        ("build_test_loop", dict(), GCUTestLoop, TestLoop),
+        ("build_log_processor", dict(by_epoch=False), GCULogProcessor, LogProcessor),
+    ],
+)
+@pytest.mark.parametrize("kind", ["gcu1", "cpu"])
+def test_loops_and_the_log_processor_resolve_their_counterparts(
+    build, monkeypatch, method, given, gcu_class, stock_class, kind
+):
+    fakes.ACCELERATORS[kind](monkeypatch, on_cpu=True)
+    runner = build(kind)
+    built = []
+    monkeypatch.setattr(Runner, method, lambda self, cfg: built.append(cfg) or cfg)
+
+    getattr(runner, method)(given)
+
+    (cfg,) = built
+    assert cfg["type"] is (gcu_class if kind == "gcu1" else stock_class)
+    assert {k: v for k, v in cfg.items() if k != "type"} == {
+        k: v for k, v in given.items() if k != "type"
+    }
+
+
+def test_a_built_loop_passes_through(build, monkeypatch):
+    runner = build()
+    monkeypatch.setattr(Runner, "build_val_loop", lambda self, loop: loop)
+    loop = object()
+    assert runner.build_val_loop(loop) is loop
+
+
+def test_the_built_loops_and_log_processor_are_bound(build, monkeypatch):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1")
+    assert type(runner.log_processor) is GCULogProcessor
+    assert runner.log_processor.accelerator is runner.accelerator
+    assert type(runner.val_loop) is GCUValLoop
+    assert runner.val_loop.accelerator is runner.accelerator
+
+
+@pytest.mark.parametrize("kind, expected", [("gcu1", GCUEmptyCacheHook), ("cpu", EmptyCacheHook)])
+def test_hooks_resolve_their_counterparts(build, monkeypatch, kind, expected):
+    fakes.ACCELERATORS[kind](monkeypatch, on_cpu=True)
+    runner = build(kind)
+
+    runner.register_hook(dict(type="EmptyCacheHook", after_iter=True, priority="LOW"))
+
+    (hook,) = [h for h in runner.hooks if isinstance(h, EmptyCacheHook)]
+    assert type(hook) is expected and hook.priority == "LOW"
+    if kind == "gcu1":
+        assert hook.accelerator is runner.accelerator
+
+
+def test_register_hooks_adds_the_checkpoint_and_placement_hooks(build):
+    types = [type(h) for h in build().hooks]
+
+    assert types[:2] == [RuntimeInfoHook, GCUDevicePlacementHook]  # VERY_HIGH
+    assert types[-1] is CPUCheckpointHook  # LOWEST: after what other hooks add
+    assert len(types) == 8  # mmengine's six default hooks are still there
+
+
+@pytest.mark.parametrize(
+    "listed", [dict(type="GCUDevicePlacementHook"), GCUDevicePlacementHook()], ids=["cfg", "obj"]
+)
+@pytest.mark.parametrize("kind", ["gcu1", "cpu"])
+def test_register_hooks_keeps_a_listed_placement_hook(build, listed, kind, monkeypatch):
+    fakes.ACCELERATORS[kind](monkeypatch, on_cpu=True)
+    runner = build(
+        kind, **(dict(hooks=[listed]) if isinstance(listed, Hook) else dict(custom_hooks=[listed]))
+    )
+    assert [type(h) for h in runner.hooks].count(GCUDevicePlacementHook) == 1
+
+
+def test_register_hooks_without_the_placement_check(build):
+    types = [type(h) for h in build(gcu_placement_check=False).hooks]
+    assert GCUDevicePlacementHook not in types and types[-1] is CPUCheckpointHook
+
+
+def test_hooks_given_as_objects_are_kept(build, monkeypatch):
+    fakes.gcu1(monkeypatch, on_cpu=True)
+    runner = build("gcu1")
+    mine = Hook()
+    runner.register_hook(mine)
+    assert [h for h in runner.hooks if type(h) is Hook] == [mine]
+
+
+# -- checkpoints and the end of a run ------------------------------------------------------------
+
+
+def test_only_rank_0_writes(build, tmp_path, monkeypatch):
+    runner = build()
+    monkeypatch.setattr("mmengine.dist.utils.get_rank", lambda group=None: 1)
+    runner.save_checkpoint(str(tmp_path), "iter_4.pth")
+    assert os.listdir(tmp_path) == []
+
+
+def test_rank_0_writes_atomically(build, tmp_path):
+    runner = build()
+    runner.save_checkpoint(
+        str(tmp_path), "iter_4.pth", save_optimizer=False, save_param_scheduler=False
+    )
+    assert os.listdir(tmp_path) == ["iter_4.pth"]
+    assert "meta" in torch.load(str(tmp_path / "iter_4.pth"), map_location="cpu")
+
+
+@pytest.mark.parametrize("method", ["train", "val", "test"])
+def test_the_result_is_mmengines(build, method, monkeypatch):
+    runner = build()
+    result = object()
+    monkeypatch.setattr(Runner, method, lambda self: result)
+
+    assert getattr(runner, method)() is result
+
+
+# -- what other classes may read of the runner ---------------------------------------------------
+
+
+def test_no_gcu_class_reads_what_only_gcu_runner_has():
+    """Hooks, loops and processors get a ``runner`` that may be mmengine's own (a stock tool
+    ignores ``runner_type``): they read only what every Runner has, and get the rest given."""
+    gcu_only = {"accelerator", "card", "counterparts", "strategy", "checkpoint_io", "guard"}
+    assert not gcu_only & set(dir(Runner))
+    found = []
+    for folder, _, files in os.walk(os.path.join(REPO, "mmgcu")):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path.endswith(os.path.join("engine", "runner.py")):
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            found += [
+                f"{os.path.relpath(path, REPO)}:{node.lineno}: runner.{node.attr}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute)
+                and node.attr in gcu_only
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "runner"
+            ]
+    assert not found, found
