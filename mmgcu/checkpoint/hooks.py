@@ -1,6 +1,6 @@
 """Checkpoint hooks: checkpoints that load on every stack and that a crash cannot all lose.
 
-``CPUCheckpointHook`` makes a checkpoint plain (:func:`mmgcu.checkpoint_globals.plain`):
+``CPUCheckpointHook`` makes a checkpoint plain (:func:`mmgcu.checkpoint.plain.plain`):
 CPU tensors and plain Python values only. mmengine 0.10.7 moves the model's weights, the
 optimizer state and the message hub to the CPU, but not what ``before_save_checkpoint``
 hooks add (an EMA model, say). A card tensor left in a checkpoint opens only where that

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
 
+from ..compat.mmengine import history_statistics
 from ..errors import GCUError
 
 #: HistoryBuffer's own statistics methods (its ``_set_default_statistics``).
@@ -115,7 +116,7 @@ def history_buffer_getattr(obj, name):
     """``getattr`` for the one use an mmengine checkpoint makes of it: a statistics
     method of :class:`~mmengine.logging.HistoryBuffer` (the built-in four, or one
     registered with ``HistoryBuffer.register_statistics``)."""
-    allowed = set(STATISTICS) | set(HistoryBuffer._statistics_methods)
+    allowed = set(STATISTICS) | history_statistics()
     if obj is HistoryBuffer and isinstance(name, str) and name in allowed:
         return getattr(HistoryBuffer, name)
     raise pickle.UnpicklingError(

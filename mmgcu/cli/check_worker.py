@@ -138,9 +138,9 @@ def _ddp(accelerator, model):
     from mmengine.model import MMDistributedDataParallel
 
     from .. import model as _  # noqa: F401  (registers the wrappers)
-    from ..counterparts import Counterparts
+    from ..counterparts import replacement_of
 
-    wrapper = Counterparts(accelerator).target(MMDistributedDataParallel)
+    (wrapper,) = [w for w in replacement_of(MMDistributedDataParallel) if w.fits(accelerator)]
     return wrapper(model, accelerator=accelerator)
 
 

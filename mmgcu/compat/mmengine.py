@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 from mmengine.hooks import CheckpointHook, EmptyCacheHook
-from mmengine.logging import MessageHub
+from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.model import MMDistributedDataParallel
 from mmengine.model.utils import _BatchNormXd
 from mmengine.optim import OptimWrapper
@@ -50,7 +50,10 @@ UPSTREAM = {
     "mmengine.model.MMDistributedDataParallel._run_forward": (
         "67dfa91184a1ef1192965110ecc791407d3fb89c53c7bc8b1b8159cc004afb26"
     ),
-    # StepSaveCheckpointHook, EmptyCacheHookPoints.
+    # StepSaveCheckpointHook (the whole hook: what calls the per-step save), EmptyCacheHookPoints.
+    "mmengine.hooks.CheckpointHook": (
+        "da0a54f619e65e0b7de96ded055a0d6fd13158c1c63257696ac421ff1f4510cd"
+    ),
     "mmengine.hooks.CheckpointHook._save_checkpoint_with_step": (
         "cdbc1b54c7c88d9525ab025a9d51a3d3be6e6e36396c0f1151ecf51281fd3482"
     ),
@@ -62,6 +65,9 @@ UPSTREAM = {
         "9c653d074f9216315d8fe9fb6db0e24e7bbcd386b4f5dfb9d8932be55bb6e68b"
     ),
     # STOCK_INIT_DIST, set_slurm_env, set_mpi_env.
+    "mmengine.dist.utils._init_dist_pytorch": (
+        "8a14beff62037f6b5e3e4abd4563f6d4a08f658a04ed5b04a0d47185caa8b614"
+    ),
     "mmengine.dist.utils.init_dist": (
         "8d608a073e8f6e900852f754c05592c20af61e25d7b4fed9cb7fd78ed3a371ed"
     ),
@@ -87,6 +93,14 @@ UPSTREAM = {
     ),
     "mmengine.runner.Runner.build_message_hub": (
         "7126df3c1cfd5011959f0bb7269e2da6b2bf3be94138a2ca14819321325f0365"
+    ),
+    # make_current_message_hub: where ManagerMixin keeps a class's instances.
+    "mmengine.utils.manager.ManagerMeta.__init__": (
+        "76bdd7f0928f99aef7c24049f5079b73cfa6e891b92bd76e281a853967cd0970"
+    ),
+    # history_statistics.
+    "mmengine.logging.HistoryBuffer": (
+        "0b351b685d552f7d86a4b48e4cd79a8f7cd214ebd6d6f7a38aabd2608ba30ad0"
     ),
     # BatchNormXd.
     "mmengine.model.utils._BatchNormXd": (
@@ -117,6 +131,13 @@ def upstream_source(qualified: str) -> str:
 
 def upstream_digest(qualified: str) -> str:
     return hashlib.sha256(upstream_source(qualified).encode()).hexdigest()
+
+
+def changed_upstream() -> dict:
+    """``{name: its digest here}`` of each :data:`UPSTREAM` object whose source differs
+    from the one mmgcu relies on (empty on the mmengine it mirrors)."""
+    now = {name: upstream_digest(name) for name in UPSTREAM}
+    return {name: digest for name, digest in now.items() if digest != UPSTREAM[name]}
 
 
 # -- model ------------------------------------------------------------------------------
@@ -255,6 +276,13 @@ def scalar_history(hub, key: str):
             f"{key} is not found in Messagehub.log_buffers: instance name is: {hub.instance_name}"
         )
     return hub._log_scalars[key]
+
+
+def history_statistics() -> set:
+    """The names of ``HistoryBuffer``'s statistics methods (the built-in four and those
+    registered with ``HistoryBuffer.register_statistics``): its private
+    ``_statistics_methods``."""
+    return set(HistoryBuffer._statistics_methods)
 
 
 # -- distributed set-up -----------------------------------------------------------------

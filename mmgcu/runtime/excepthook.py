@@ -2,10 +2,10 @@
 
 (Also :func:`stop_every_rank`, for a fault every rank sees but one should report.)
 
-``sys.excepthook`` is wrapped for two cases only, and everything else reaches the previous
+``sys.excepthook`` is wrapped for three cases only, and everything else reaches the previous
 hook untouched:
 
-- a :class:`~mmgcu.device.GCUError` (a launch or set-up mistake): its message already
+- a :class:`~mmgcu.errors.GCUError` (a launch or set-up mistake): its message already
   says what was found, what was expected and the fix, so it is printed alone;
 - mmengine's own Runner calling ``torch.cuda.set_device`` in ``init_dist`` on a host whose
   cards are GCUs ("_cuda_setDevice" or "Found no NVIDIA driver"): either the config leaves
@@ -17,9 +17,9 @@ hook untouched:
   Mask2Former's loss): there torch.distributed has only its CPU group, and card tensors
   travel only through torch_gcu.distributed. mmgcu names the caller and the fix.
 
-``MMGCU_TRACEBACK=1`` keeps the full traceback in both cases.
+``MMGCU_TRACEBACK=1`` keeps the full traceback in all three.
 
-mmgcu's own entry points (the ``mmgcu`` command, its workers) and ``GCURunner`` install it
+The ``mmgcu`` command and ``GCURunner`` install it
 (:func:`install`). ``import mmgcu`` installs it only on a GCU host (torch_gcu importable, or
 simulated): there a script that builds mmengine's own Runner fails before any mmgcu code
 runs but the import, and this hook is what names the fix (:func:`install_on_gcu_host`).

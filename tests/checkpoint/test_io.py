@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import torch
 
 from mmgcu.checkpoint.io import GCUCheckpointIO
 from mmgcu.device import GCUError
@@ -60,8 +61,16 @@ def test_a_damaged_checkpoint_is_named(tmp_path):
 
 
 def test_resume_takes_the_newest_complete_checkpoint(tmp_path):
-    path, note = GCUCheckpointIO().resume_target(str(tmp_path))
+    io = GCUCheckpointIO()
+    path, note = io.resume_target(str(tmp_path))
     assert path is None and "training starts at iteration 0" in note
+
+    for step in (2, 4):
+        torch.save({"meta": {"iter": step}}, str(tmp_path / f"iter_{step}.pth"))
+    (tmp_path / "iter_6.pth").write_bytes(b"")  # a save cut short: not complete
+
+    path, note = io.resume_target(str(tmp_path))
+    assert path == str(tmp_path / "iter_4.pth") and "iter_4.pth" in note
 
 
 @pytest.mark.parametrize("previous", [None, "0"])

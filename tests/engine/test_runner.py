@@ -34,11 +34,12 @@ from mmgcu import (
     GCUValLoop,
     GCUWatchdogHook,
 )
+from mmgcu.device import GCUError
 from mmgcu.device.fallback import CPUAccelerator
 from mmgcu.engine.message_hub import CardMessageHub
 from mmgcu.engine.runner import GCURunner
 from tests import fakes
-from tests.conftest import LAUNCHER_VARS, REPO, free_port
+from tests.conftest import LAUNCHER_VARS, REPO, free_port, run_log
 
 
 @pytest.fixture(autouse=True)
@@ -332,6 +333,30 @@ def test_rank_0_writes_atomically(build, tmp_path):
     assert "meta" in torch.load(str(tmp_path / "iter_4.pth"), map_location="cpu")
 
 
+def test_resume_without_last_checkpoint_takes_the_newest_complete_one(build):
+    first = build()
+    first.save_checkpoint(
+        first.work_dir, "iter_2.pth", save_optimizer=False, save_param_scheduler=False
+    )
+    newest = os.path.join(first.work_dir, "iter_2.pth")
+
+    runner = build(resume=True)
+    runner.load_or_resume()
+
+    said = run_log(runner)
+    assert "mmgcu: --resume: " in said and f"newest complete checkpoint, {newest}" in said
+
+
+def test_a_damaged_checkpoint_is_named_before_torch_reads_it(build):
+    runner = build()
+    path = os.path.join(runner.work_dir, "iter_2.pth")
+    with open(path, "wb"):
+        pass  # 0 bytes: a save that never wrote
+
+    with pytest.raises(GCUError, match="iter_2.pth"):
+        runner.load_checkpoint(path)
+
+
 @pytest.mark.parametrize("method", ["train", "val", "test"])
 def test_the_result_is_mmengines(build, method, monkeypatch):
     runner = build()
@@ -358,11 +383,43 @@ def test_no_gcu_class_reads_what_only_gcu_runner_has():
             with open(path, encoding="utf-8") as f:
                 tree = ast.parse(f.read())
             found += [
-                f"{os.path.relpath(path, REPO)}:{node.lineno}: runner.{node.attr}"
+                f"{os.path.relpath(path, REPO)}:{node.lineno}: {what}"
                 for node in ast.walk(tree)
-                if isinstance(node, ast.Attribute)
-                and node.attr in gcu_only
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "runner"
+                for what in [_runner_read(node, gcu_only)]
+                if what
             ]
     assert not found, found
+
+
+def _is_runner(node) -> bool:
+    """``runner`` or ``<anything>.runner`` (a hook keeps the runner it was given)."""
+    return (isinstance(node, ast.Name) and node.id == "runner") or (
+        isinstance(node, ast.Attribute) and node.attr == "runner"
+    )
+
+
+def _runner_read(node, names):
+    """What ``node`` reads of a runner among ``names``: ``runner.X`` or
+    ``getattr(runner, "X")``; else None."""
+    if isinstance(node, ast.Attribute) and node.attr in names and _is_runner(node.value):
+        return f"runner.{node.attr}"
+    if (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) in ("getattr", "hasattr")
+        and len(node.args) >= 2
+        and _is_runner(node.args[0])
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value in names
+    ):
+        return f"{node.func.id}(runner, {node.args[1].value!r})"
+    return None
+
+
+def test_the_runner_read_scan_sees_each_form():
+    code = "runner.card\nself.runner.guard\ngetattr(runner, 'accelerator')\nrunner.iter\n"
+    found = [_runner_read(n, {"card", "guard", "accelerator"}) for n in ast.walk(ast.parse(code))]
+    assert sorted(f for f in found if f) == [
+        "getattr(runner, 'accelerator')",
+        "runner.card",
+        "runner.guard",
+    ]

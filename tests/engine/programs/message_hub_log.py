@@ -3,8 +3,8 @@
 Feeds one sequence of updates and reads, as mmengine's hooks make them in a training loop
 (``ParamSchedulerHook``/``RuntimeInfoHook``: the lr; ``IterTimerHook``: data time, time and
 a read of the time; ``RuntimeInfoHook``: the losses and accuracy, card tensors;
-``LoggerHook``: every scalar at its interval), to a ``CardMessageHub`` over a fresh
-``MessageHub`` and to a stock ``MessageHub`` given the same values as ``.item()`` gives
+``LoggerHook``: every scalar at its interval), to a ``CardMessageHub`` (a
+``MessageHub``) and to a stock ``MessageHub`` given the same values as ``.item()`` gives
 them. Prints the host reads each made and both hubs' scalars. Run with MMGCU_SIMULATE=1.
 """
 

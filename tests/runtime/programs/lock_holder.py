@@ -1,4 +1,4 @@
-"""Holds a lock file until killed, for tests/test_locks.py: ``python lock_holder.py PATH``.
+"""Holds a lock file until killed, for tests/runtime/test_locks.py: ``python lock_holder.py PATH``.
 
 Prints the holder ``try_lock`` found (``null``: it got the lock), then sleeps.
 """

@@ -1,4 +1,4 @@
-"""Locks a file, says so, and only 0.3 s later writes who holds it, for tests/test_locks.py:
+"""Locks a file, says so, and only 0.3 s later writes who holds it, for tests/runtime/test_locks.py:
 ``python lock_slow_writer.py PATH`` (the window in which the file still names its previous
 holder)."""
 
