@@ -137,6 +137,31 @@ def runner_case():
 
 
 @pytest.fixture
+def no_launcher_env():
+    """os.environ without the launchers' variables, all of it restored afterwards (the
+    slurm/mpi set-up and init_distributed write os.environ themselves)."""
+    saved = dict(os.environ)
+    for name in LAUNCHER_VARS:
+        os.environ.pop(name, None)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def fsynced(monkeypatch):
+    """The paths os.fsync was called on (through /proc/self/fd), in order."""
+    paths, real = [], os.fsync
+
+    def record(fd):
+        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    return paths
+
+
+@pytest.fixture
 def fresh_notes(monkeypatch):
     """mmgcu's once-per-process notes (mmgcu.binding) start unsaid."""
     import mmgcu.binding

@@ -292,6 +292,15 @@ def gcu1(monkeypatch, cards=8, current=0, events=None, on_cpu=False, eccl=True, 
     return GCU1Accelerator(module, jit_mode)
 
 
+def gcu1_in_world(monkeypatch, current=0, on_cpu=True):
+    """:func:`gcu1` on card ``current`` with its ECCL world made, as a launched rank's is
+    after its process groups exist."""
+    accelerator = gcu1(monkeypatch, current=current, on_cpu=on_cpu)
+    accelerator.torch_gcu.distributed.group.WORLD = object()
+    accelerator.adopt_process_groups()
+    return accelerator
+
+
 # -- no torch_gcu -----------------------------------------------------------------------
 
 

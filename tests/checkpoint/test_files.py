@@ -17,19 +17,6 @@ from mmgcu.checkpoint.files import (
 from mmgcu.device import GCUError
 
 
-@pytest.fixture
-def fsynced(monkeypatch):
-    """The paths os.fsync was called on (through /proc/self/fd), in order."""
-    paths, real = [], os.fsync
-
-    def record(fd):
-        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", record)
-    return paths
-
-
 def torch_writer(folder):
     def write(name):
         torch.save({"w": torch.ones(2)}, osp.join(folder, name))

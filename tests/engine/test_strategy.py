@@ -24,7 +24,7 @@ from mmgcu.device.fallback import CPUAccelerator
 from mmgcu.engine.strategy import GCUStrategy
 from mmgcu.model import GCUSyncBatchNorm
 from tests import fakes
-from tests.conftest import LAUNCHER_VARS, free_port
+from tests.conftest import free_port
 from tests.fakes import ConvBN, norm_types
 
 CARD = 3
@@ -39,15 +39,10 @@ GROUPS = {
 
 
 @pytest.fixture(autouse=True)
-def launcher_env():
-    """No launcher variables; the slurm/mpi set-up writes os.environ, so restore it all."""
-    saved = dict(os.environ)
-    for name in LAUNCHER_VARS:
-        os.environ.pop(name, None)
+def launcher_env(no_launcher_env):
+    """No launcher variables but a one-rank torchrun's; the slurm/mpi set-up writes
+    os.environ, which no_launcher_env restores."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", RANK="0", WORLD_SIZE="1")
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.fixture
@@ -344,10 +339,7 @@ def gcu2(monkeypatch):
 
 @pytest.fixture
 def gcu1(monkeypatch):
-    accelerator = fakes.gcu1(monkeypatch, current=CARD, on_cpu=True)
-    accelerator.torch_gcu.distributed.group.WORLD = object()
-    accelerator.adopt_process_groups()
-    return accelerator
+    return fakes.gcu1_in_world(monkeypatch, current=CARD)
 
 
 @pytest.fixture

@@ -39,10 +39,7 @@ def gcu2(monkeypatch):
 @pytest.fixture
 def gcu1(monkeypatch):
     """torch_gcu 1.x, this rank on card 3, its ECCL world made."""
-    accelerator = fakes.gcu1(monkeypatch, current=CARD, on_cpu=True)
-    accelerator.torch_gcu.distributed.group.WORLD = object()
-    accelerator.adopt_process_groups()
-    return accelerator
+    return fakes.gcu1_in_world(monkeypatch, current=CARD)
 
 
 @pytest.fixture

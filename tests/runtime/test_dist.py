@@ -12,18 +12,10 @@ from mmgcu.compat import mmengine as compat
 from mmgcu.device import GCUError
 from mmgcu.runtime import dist as mdist
 from tests import fakes
-from tests.conftest import LAUNCHER_VARS, free_port
+from tests.conftest import free_port
 
-
-@pytest.fixture(autouse=True)
-def launcher_env():
-    """No launcher variables; init_distributed writes os.environ itself, so restore it all."""
-    saved = dict(os.environ)
-    for name in LAUNCHER_VARS:
-        os.environ.pop(name, None)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+# No launcher variables; init_distributed writes os.environ, which the fixture restores.
+pytestmark = pytest.mark.usefixtures("no_launcher_env")
 
 
 @pytest.fixture

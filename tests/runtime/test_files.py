@@ -13,19 +13,6 @@ from mmgcu.runtime.files import (
 )
 
 
-@pytest.fixture
-def fsynced(monkeypatch):
-    """The paths os.fsync was called on (through /proc/self/fd), in order."""
-    paths, real = [], os.fsync
-
-    def record(fd):
-        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", record)
-    return paths
-
-
 def test_last_checkpoint_is_replaced_never_rewritten_in_place(tmp_path, fsynced, monkeypatch):
     last = tmp_path / "last_checkpoint"
     last.write_text("/w/iter_2.pth")
