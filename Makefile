@@ -32,13 +32,18 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 # (Python 3.8, torch 1.10, simulated torch_gcu 1.x): the unit and simulator tests and the
 # end-to-end tests marked t20. Tests that need torch 2.x skip there, each with its reason.
 T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/configs -m "t20 or not e2e"
+# pytest-xdist workers per leg: most tests start processes that wait (on a collective, a
+# timeout, each other), so more workers than cores keep the cores busy. Tests that share a
+# run (a module- or session-scoped fixture) are one xdist_group: their run is made once.
+TEST_WORKERS ?= 3
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
 test: install install-t20 lint
-	$(PY) -m pytest
-	$(T20_PY) -m pytest $(T20_TESTS)
+	$(PY) -m pytest $(XDIST)
+	$(T20_PY) -m pytest $(XDIST) $(T20_TESTS)
 
 # Only the T20 stack's leg.
 test-t20: install-t20
-	$(T20_PY) -m pytest $(T20_TESTS)
+	$(T20_PY) -m pytest $(XDIST) $(T20_TESTS)
 
 # The main job on 8 simulated T20 cards (MMGCU_SIMULATE=t20: torch_gcu 1.x, the T20's
 # generation): stock mmseg tools/train.py through tools/dist_train.sh

@@ -108,6 +108,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def one_node() -> list:
+    """torchrun's flags for a one-node job with a rendezvous of its own, as ``mmgcu train``
+    gives one (:func:`mmgcu.cli.launch.rendezvous`): torch 1.10's ``--standalone`` is always
+    localhost:29400, where jobs that run side by side (pytest-xdist's workers) would meet."""
+    from mmgcu.cli.launch import rendezvous
+
+    return rendezvous({}, torch.__version__)
+
+
 def last_json(stdout):
     """The last line of ``stdout`` that is a JSON document (what a snippet printed)."""
     for line in reversed(stdout.strip().splitlines()):
@@ -116,6 +125,56 @@ def last_json(stdout):
         except ValueError:
             continue
     raise AssertionError(f"no JSON line in:\n{stdout}")
+
+
+def one_worker(name: str):
+    """The tests marked with one ``name`` run on one pytest-xdist worker (``make test`` runs
+    ``--dist loadgroup``), so a run they share through a module- or session-scoped fixture
+    is made once, not once per worker that draws one of them."""
+    return pytest.mark.xdist_group(name)
+
+
+def pytest_collection_modifyitems(items):
+    """Multi-process tests (marked e2e) first: under pytest-xdist the long runs start early
+    and the short tests fill the cores around them, instead of one long run ending the
+    session alone. The order is the same in every worker, as xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory):
+    """The synthetic dataset, written once per session (per xdist worker) by the project's
+    own tool."""
+    root = str(tmp_path_factory.mktemp("data") / "synthetic")
+    tool = os.path.join(REPO, "tools", "make_synthetic_dataset.py")
+    subprocess.run([sys.executable, tool, root], check=True, capture_output=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def eight_card_run(dataset, tmp_path_factory):
+    """``tools/dist_train.sh CFG`` without CARDS on a node of 8 simulated cards of this
+    leg's generation: the script counts the cards and starts stock ``tools/train.py`` under
+    torchrun on all 8 (the tiny config with the probe hook, 4 iterations, validation, a
+    checkpoint). One run for the tests of the script and of training on 8 cards; they are
+    ``one_worker("eight_card_run")``."""
+    from tests.e2e.conftest import LEG_API, write_config
+    from tests.tools.conftest import run_script
+
+    tmp = tmp_path_factory.mktemp("eight_cards")
+    cfg = write_config(tmp / "cfg.py", dataset)
+    work = str(tmp / "work")
+    code, out = run_script(
+        "dist_train.sh",
+        cfg,
+        "--work-dir",
+        work,
+        cwd=tmp,
+        timeout=600,
+        MMGCU_SIMULATE=8,
+        MMGCU_SIMULATE_API=LEG_API,
+    )
+    return dict(work=work, code=code, out=out)
 
 
 @pytest.fixture

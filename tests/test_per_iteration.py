@@ -33,7 +33,7 @@ import os
 import pytest
 
 from tests.conftest import SIM_APIS, last_json, run_program
-from tests.e2e.conftest import TINY, dataset  # noqa: F401  (the session's synthetic dataset)
+from tests.e2e.conftest import TINY
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "per_iteration.py")
 ITERS = 5
@@ -110,7 +110,7 @@ def audit(run, kind):
 
 
 @pytest.mark.parametrize("kind", SIM_APIS)
-def test_no_per_iteration_work_after_the_first(kind, dataset, tmp_path):  # noqa: F811
+def test_no_per_iteration_work_after_the_first(kind, dataset, tmp_path):
     proc = run_program(
         PROGRAM,
         TINY,

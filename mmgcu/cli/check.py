@@ -21,6 +21,7 @@ from typing import List, Optional
 
 from .. import sim
 from . import check_worker as worker
+from . import launch as launcher
 
 PREFIX = "mmgcu check: "
 _EXCEPTION = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt): .*$", re.M)
@@ -123,11 +124,20 @@ def run(args) -> int:
     return 0
 
 
-def launch(args, nproc: int, out: str, started: float) -> str:
-    """Run the workers under torchrun and return the success summary, or raise CheckError."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+def command(args, nproc: int, out: str, torch: Optional[str]) -> List[str]:
+    """torchrun's command line for ``nproc`` workers writing to ``out``, for the torch
+    version ``torch``. A rendezvous of the check's own (:func:`launch.rendezvous`): torch
+    1.x's ``--standalone`` is always localhost:29400, where a second check or a job on the
+    node would meet this one."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", *launcher.rendezvous({}, torch)]
     cmd += [f"--nproc_per_node={nproc}", "-m", worker.__name__, "--out", out]
     cmd += ["--steps", str(args.steps), "--device", args.device, "--timeout", str(args.timeout)]
+    return cmd
+
+
+def launch(args, nproc: int, out: str, started: float) -> str:
+    """Run the workers under torchrun and return the success summary, or raise CheckError."""
+    cmd = command(args, nproc, out, launcher.torch_version())
     env = sim.child_env(os.environ)  # the workers do not repeat this process's notice
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, without its warning
     log_path = os.path.join(out, "launcher.log")

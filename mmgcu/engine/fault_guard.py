@@ -63,6 +63,8 @@ class FaultGuard:
         try:
             yield
         except GCUError as e:
+            if self.rank != 0:  # rank 0 names it; this rank only waits for the launcher
+                self.watchdog.stand_down()
             stop_every_rank(str(e), self.rank, self.world_size, self.peer_loss_grace_s)
 
     @contextlib.contextmanager
@@ -80,6 +82,7 @@ class FaultGuard:
             if not (self.distributed and lost_peer(exc)):
                 raise
             self.watchdog.explain(exc)  # a peer that hung: named
+            self.watchdog.stand_down()  # the wait below is not a hang of this rank
             logger.error(
                 "rank %d: a collective failed because another rank stopped (%s: %s); "
                 "that rank's error is the cause. Waiting up to %.0f s for the launcher "

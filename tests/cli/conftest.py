@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 from tests.conftest import REPO, clean_env
-from tests.e2e.conftest import dataset  # noqa: F401  (the session's synthetic dataset)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "faults")

@@ -1,5 +1,6 @@
 """``mmgcu check`` with real torchrun processes on simulated cards: passes and failures."""
 
+import argparse
 import json
 import os
 import re
@@ -7,6 +8,7 @@ import time
 
 import pytest
 
+from mmgcu.cli import check
 from mmgcu.cli.check import _laggards
 from tests.cli.conftest import mmgcu
 
@@ -126,3 +128,15 @@ def _cmdlines():
 def test_laggards_when_every_rank_waits_in_one_collective():
     said = _laggards({0: {"phase": "ddp"}, 1: {"phase": "ddp"}}, 2)
     assert said.startswith("all 2 ranks stopped in 'ddp', so a collective never completed")
+
+
+def test_each_check_on_torch_1_has_a_rendezvous_of_its_own():
+    """Two checks at once on the T20 stack: torch 1.x's --standalone would put both on
+    localhost:29400, where the second joins the first."""
+    args = argparse.Namespace(steps=3, device="gcu", timeout=60)
+    first, second = (check.command(args, 2, "out", "1.10.2") for _ in range(2))
+    for cmd in (first, second):
+        assert "--standalone" not in cmd and "--nnodes=1" in cmd
+    ports = [next(f for f in cmd if f.startswith("--master_port=")) for cmd in (first, second)]
+    assert ports[0] != ports[1]
+    assert "--standalone" in check.command(args, 2, "out", "2.13.0")

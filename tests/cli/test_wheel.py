@@ -22,7 +22,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO, clean_env
+from tests.conftest import REPO, clean_env, one_worker
 
 pytestmark = [
     pytest.mark.e2e,
@@ -31,6 +31,7 @@ pytestmark = [
         reason="installs the torch 2.x CPU wheel of the main leg (the T20 leg installs mmgcu "
         "with tools/install_t20.sh)",
     ),
+    one_worker(__name__),
 ]
 
 HOME = osp.join(osp.expanduser("~"), ".cache", "mmgcu", "wheel-test")

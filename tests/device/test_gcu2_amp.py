@@ -9,7 +9,10 @@ import os
 import pytest
 import torch
 
-from tests.conftest import SIM_APIS, TORCH_1, last_json, run_program
+from tests.conftest import SIM_APIS, TORCH_1, last_json, one_worker, run_program
+
+# The module-scoped runs are made once: the module runs on one xdist worker.
+pytestmark = one_worker(__name__)
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "overflow_step.py")
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 import time
 
-import pytest
 import torch
 
-from tests.conftest import REPO, clean_env, free_port  # noqa: F401 (re-exported)
+from tests.conftest import REPO, clean_env, free_port, one_node  # noqa: F401 (re-exported)
 
 TINY = osp.join(REPO, "configs", "tiny", "fcn_r18-tiny_8xgcu_synthetic-64x64.py")
 
@@ -31,18 +30,6 @@ def mmseg_tool(name: str) -> str:
     path = osp.join(osp.dirname(mmseg.__file__), ".mim", "tools", name)
     assert osp.exists(path), path
     return path
-
-
-@pytest.fixture(scope="session")
-def dataset(tmp_path_factory):
-    """The synthetic dataset, written once per session by the project's own tool."""
-    root = str(tmp_path_factory.mktemp("data") / "synthetic")
-    subprocess.run(
-        [sys.executable, osp.join(REPO, "tools", "make_synthetic_dataset.py"), root],
-        check=True,
-        capture_output=True,
-    )
-    return root
 
 
 def write_config(path, dataset_root, base=TINY, **overrides) -> str:
@@ -76,7 +63,7 @@ def torchrun(
     """Start ``torchrun`` over stock tools/train.py-style args; return the Popen."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
     if nnodes is None:
-        cmd += ["--standalone"]
+        cmd += one_node()
     else:
         cmd += [
             f"--nnodes={nnodes}",

@@ -15,11 +15,11 @@ import textwrap
 import pytest
 import torch
 
-from tests.conftest import TORCH_1, last_json
+from tests.conftest import TORCH_1, last_json, one_worker
 from tests.e2e.conftest import REPO, clean_env, write_config
 from tests.e2e.test_stock_tools import one_process, trained
 
-pytestmark = [pytest.mark.e2e, pytest.mark.t20]
+pytestmark = [pytest.mark.e2e, pytest.mark.t20, one_worker(__name__)]
 
 OTHER_VENV = ".venv" if TORCH_1 else ".venv-t20"
 OTHER_PYTHON = osp.join(REPO, OTHER_VENV, "bin", "python")

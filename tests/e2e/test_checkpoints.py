@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, clean_env, last_json, running
+from tests.conftest import REPO, clean_env, last_json, one_worker, running
 from tests.e2e.conftest import (
     LEG_API,
     PROGRAMS,
@@ -30,7 +30,7 @@ from tests.e2e.conftest import (
     worker_pids,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, one_worker(__name__)]
 
 TIMEOUT = 10  # env_cfg.dist_cfg.timeout of the killed run: shorter than rank 0's save
 SAVE_S = 60  # rank 0's save of iteration 4 takes this long; it is killed before the end

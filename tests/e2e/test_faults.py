@@ -19,7 +19,7 @@ import time
 import pytest
 
 import mmgcu.runtime.heartbeat as hb
-from tests.conftest import REPO, clean_env, last_json, running
+from tests.conftest import REPO, clean_env, last_json, one_node, running
 from tests.e2e.conftest import (
     LEG_API,
     NO_VAL,
@@ -301,7 +301,7 @@ def test_a_run_writes_only_its_work_dir_tmp_and_the_extension_cache(dataset, tmp
 
     strace = ["strace", "-f", "--seccomp-bpf", "-qq", "-ff", "-y", "-s", "4096"]
     strace += ["-o", str(traces / "t"), "-e", f"trace={WRITE_SYSCALLS}"]
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    launch = [sys.executable, "-m", "torch.distributed.run", *one_node()]
     launch += ["--nproc_per_node=2", mmseg_tool("train.py"), cfg, "--launcher", "pytorch"]
     launch += ["--work-dir", work]
     env = clean_env(

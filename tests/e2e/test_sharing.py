@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, clean_env
+from tests.conftest import REPO, clean_env, one_worker
 from tests.e2e.conftest import (
     LEG_API,
     fault_config,
@@ -28,7 +28,7 @@ from tests.e2e.conftest import (
     worker_pids,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, one_worker(__name__)]
 
 
 def single_process(cfg, work, **env):

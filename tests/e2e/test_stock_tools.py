@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.conftest import one_worker
 from tests.e2e.conftest import (
     LEG_API,
     REPO,
@@ -20,7 +21,7 @@ from tests.e2e.conftest import (
     write_config,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.t20]
+pytestmark = [pytest.mark.e2e, pytest.mark.t20, one_worker(__name__)]
 
 UNBOUND = "GCULogProcessor acts as mmengine's LogProcessor: it was not built by GCURunner"
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, clean_env
+from tests.conftest import REPO, clean_env, one_worker
 from tests.e2e.conftest import (
     LEG_API,
     LEG_DEVICE,
@@ -28,7 +28,7 @@ from tests.e2e.conftest import (
     write_config,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, one_worker(__name__)]
 
 MAX_ITERS = 4
 PROBE = dict(type="ProbeHook")

@@ -52,6 +52,7 @@ def test_start_takes_this_ranks_locks(monkeypatch):
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_fault_every_rank_meets_is_said_by_rank_0(rank, sleeps):
     guard = guard_of(rank=rank)
+    guard.watchdog = mock.Mock(spec=GCUWatchdogHook)
 
     with pytest.raises(GCUError) as raised:
         with guard.said_once():
@@ -59,20 +60,27 @@ def test_a_fault_every_rank_meets_is_said_by_rank_0(rank, sleeps):
 
     if rank == 0:
         assert str(raised.value) == "iter_4.pth is damaged" and sleeps == []
+        assert not guard.watchdog.stand_down.called
     else:
         assert str(raised.value) == "rank 1 stops: rank 0 says why"
         assert sleeps == [FaultGuard.peer_loss_grace_s]
+        guard.watchdog.stand_down.assert_called_once_with()  # waiting is no hang
 
 
 def test_a_rank_that_lost_a_peer_waits_for_the_launcher(sleeps):
     logger = mock.Mock()
 
+    guard = guard_of()
+    guard.watchdog = mock.Mock(spec=GCUWatchdogHook)
+
     with pytest.raises(RuntimeError) as raised:
-        with guard_of().failed_peer_first(logger):
+        with guard.failed_peer_first(logger):
             raise PEER_GONE
 
     assert raised.value is PEER_GONE
     assert sleeps == [FaultGuard.peer_loss_grace_s]
+    # its watchdog names a peer that hung, then stands down: the wait is no hang
+    assert [c[0] for c in guard.watchdog.method_calls] == ["explain", "stand_down"]
     fmt, *args = logger.error.call_args.args
     line = fmt % tuple(args)
     assert line.startswith("rank 1: a collective failed because another rank stopped")

@@ -4,7 +4,10 @@ import os.path as osp
 
 import pytest
 
-from tests.conftest import REPO, last_json, run_program
+from tests.conftest import REPO, last_json, one_worker, run_program
+
+# The module-scoped runs are made once: the module runs on one xdist worker.
+pytestmark = one_worker(__name__)
 
 PROGRAM = osp.join(REPO, "tests", "engine", "programs", "message_hub_log.py")
 

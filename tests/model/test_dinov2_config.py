@@ -21,6 +21,11 @@ from mmengine.config import Config  # noqa: E402
 from mmengine.model import revert_sync_batchnorm  # noqa: E402
 from mmengine.registry import DefaultScope  # noqa: E402
 
+from tests.conftest import one_worker
+
+# The module-scoped runs are made once: the module runs on one xdist worker.
+pytestmark = one_worker(__name__)
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "dinov2" / "upernet_dinov2-s14_8xgcu-80k_loveda-518x518.py"
 CROP = 518

@@ -11,9 +11,12 @@ import sys
 import pytest
 
 from mmgcu.runtime.dist import lost_peer
-from tests.conftest import REPO, clean_env, last_json
+from tests.conftest import REPO, clean_env, last_json, one_node, one_worker
 from tests.sim.helpers import run_ranks
 from tests.sim.programs import torch_gcu1_facts
+
+# The module-scoped runs are made once: the module runs on one xdist worker.
+pytestmark = one_worker(__name__)
 
 PROGRAM = torch_gcu1_facts.__file__
 
@@ -21,7 +24,7 @@ PROGRAM = torch_gcu1_facts.__file__
 def _run(ranks: int) -> dict:
     cmd = [sys.executable, PROGRAM]
     if ranks > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd = [sys.executable, "-m", "torch.distributed.run", *one_node()]
         cmd += [f"--nproc_per_node={ranks}", PROGRAM]
     env = clean_env(MMGCU_SIMULATE=2, MMGCU_SIMULATE_API="gcu1", OMP_NUM_THREADS=1)
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)

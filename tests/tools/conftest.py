@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 from tests.conftest import REPO, clean_env
-from tests.e2e.conftest import dataset  # noqa: F401  (the session's synthetic dataset)
 
 TOOLS = os.path.join(REPO, "tools")
 #: Stand-ins for python, srun and efsmi that the launch tests put in the scripts' way.

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import running
+from tests.conftest import one_worker, running
 from tests.e2e.conftest import checkpoints, probes, write_config
 from tests.tools.conftest import TOOLS, run_script, script_env
 
@@ -23,15 +23,12 @@ def assert_trained(work_dir, world, out):
 
 
 @pytest.mark.e2e
-def test_train_on_all_cards(dataset, tmp_path):
+@one_worker("eight_card_run")
+def test_train_on_all_cards(eight_card_run):
     """No CARDS: the script counts the node's 8 (simulated) cards and starts 8 ranks."""
-    cfg = write_config(tmp_path / "cfg.py", dataset)
-    work = str(tmp_path / "work")
-    code, out = run_script(
-        "dist_train.sh", cfg, "--work-dir", work, cwd=tmp_path, timeout=600, MMGCU_SIMULATE=8
-    )
-    assert code == 0, out[-5000:]
-    assert_trained(work, 8, out)
+    out = eight_card_run["out"]
+    assert eight_card_run["code"] == 0, out[-5000:]
+    assert_trained(eight_card_run["work"], 8, out)
     assert "mIoU" in out
     assert_quiet(out, 8)
 
@@ -63,12 +60,14 @@ def two_card_run(dataset, tmp_path_factory):
     return dict(tmp=tmp, cfg=cfg, work=work, code=code, out=out)
 
 
+@one_worker("two_card_run")
 def test_train_on_two_cards(two_card_run):
     run = two_card_run
     assert run["code"] == 0, run["out"][-5000:]
     assert_trained(run["work"], 2, run["out"])
 
 
+@one_worker("two_card_run")
 def test_test_checkpoint_on_all_cards(two_card_run):
     """dist_test.sh without CARDS on a node of one card (cheap): GCURunner tests, mIoU printed."""
     run = two_card_run

@@ -54,6 +54,9 @@ class NoWatchdog:
     def explain(self, exc) -> None:
         """Nothing to add to a failed collective."""
 
+    def stand_down(self) -> None:
+        """Nothing watches."""
+
 
 def build_watchdog(env_cfg: dict, distributed: bool):
     """A run's watchdog from ``env_cfg.watchdog`` (:class:`NoWatchdog` when none)."""
@@ -253,6 +256,15 @@ class GCUWatchdogHook(CardBound, Hook):
         if silent:
             first = (str(exc).splitlines() or [""])[0][:160]
             self._act(hb.diagnose(beats, silent), beats, f"a collective failed: {first}")
+
+    def stand_down(self) -> None:
+        """This rank's job is ending for a cause already named (a peer's failure): its wait
+        for the launcher is no hang, so from here on it gives no verdict and its beat says
+        it is done (a loaded host can take longer than the bound to stop the job)."""
+        with self._lock:
+            self.acted = True
+        self._set("done")
+        self._stop.set()
 
     def _act(self, verdict: hb.Verdict, beats: Dict[int, dict], why: str, late=False) -> None:
         """Stop the job if this rank is the one to: the stuck rank itself when its thread

@@ -137,3 +137,17 @@ def test_a_rank_behind_the_others_exits_by_itself(tmp_path, exits):
     (message,) = fake.logger.errors
     assert "the job is stuck on rank 1" in message and "ranks 0, 2 wait in a train step" in message
     assert "its process runs but its main thread has not moved" in message
+
+
+def test_a_rank_that_stood_down_gives_no_verdict(tmp_path, exits):
+    """A rank waiting for the launcher after a peer's failure (FaultGuard) is no hang: its
+    watchdog says nothing, however long the launcher takes, and its beat says done."""
+    dog, fake = start(tmp_path, rank=1, it=10)
+    dog.stand_down()
+    for seq in range(1, 21):  # ranks 0 and 2, alive and ahead, for four times the bound
+        for rank in (0, 2):
+            peer(dog, rank, 12, pid=1, seq=seq, host="elsewhere")
+        time.sleep(0.1)
+    dog.after_train(fake)
+    assert exits == [] and fake.logger.errors == []
+    assert hb.read_beats(dog.folder)[1]["phase"] == "done"
