@@ -15,6 +15,12 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# make test runs three pytest-xdist workers on two cores: one intra-op thread in each test
+# process and each process it starts (a second one mostly spins there). torchrun's ranks
+# get one from the launch helpers already, as torchrun itself gives them.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 #: torch_gcu 2.x exists only for torch 2.x: on the T20 stack's leg (torch 1.10) the
 #: simulator models torch_gcu 1.x alone, and what needs 2.x skips, saying so.
 TORCH_1 = torch.__version__.startswith("1.")
