@@ -34,7 +34,8 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/configs -m "t20 or not e2e"
 # pytest-xdist workers per leg: most tests start processes that wait (on a collective, a
 # timeout, each other), so more workers than cores keep the cores busy. Tests that share a
-# run (a module- or session-scoped fixture) are one xdist_group: their run is made once.
+# multi-process run (a module- or session-scoped fixture) are one xdist_group, so the run
+# is made once, not once per worker.
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 test: install install-t20 lint

@@ -204,8 +204,12 @@ def test_custom_imports_in_cfg_options_is_named():
     assert launch.cfg_options_warning(["--cfg-options", "a=1"]) is None
 
 
-def test_real_launch_of_two_ranks(tmp_path):
-    """The console entry execs torchrun, which starts the script once per card."""
+def test_real_launch_of_two_ranks(tmp_path, monkeypatch):
+    """The console entry execs torchrun, which starts the script once per card, with one
+    intra-op thread per rank where the user's shell sets none (torchrun's default, without
+    its warning)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the test session sets one
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     script = os.path.join(PROGRAMS, "record_rank.py")
     cfg = tmp_path / "cfg.py"
     cfg.write_text("")
@@ -219,7 +223,9 @@ def test_real_launch_of_two_ranks(tmp_path):
         with open(path) as f:
             seen = json.load(f)
         assert seen["argv"] == [str(cfg), "--work-dir", "w", "--launcher", "pytorch"]
-        assert seen["env"]["WORLD_SIZE"] == "2" and seen["env"]["MKL_NUM_THREADS"] == "1"
+        assert seen["env"]["WORLD_SIZE"] == "2"
+        assert (seen["env"]["OMP_NUM_THREADS"], seen["env"]["MKL_NUM_THREADS"]) == ("1", "1")
+    assert "Setting OMP_NUM_THREADS" not in proc.stdout + proc.stderr
     failed = mmgcu("train", cfg, "2", timeout=120, RECORD_EXIT=3, **env)
     assert failed.returncode != 0, "a failed rank fails the launch"
 

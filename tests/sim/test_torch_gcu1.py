@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from mmgcu.runtime.dist import lost_peer
-from tests.conftest import REPO, clean_env, last_json, one_node, one_worker
+from tests.conftest import REPO, clean_env, last_json, one_worker
 from tests.sim.helpers import run_ranks
 from tests.sim.programs import torch_gcu1_facts
 
@@ -24,7 +24,11 @@ PROGRAM = torch_gcu1_facts.__file__
 def _run(ranks: int) -> dict:
     cmd = [sys.executable, PROGRAM]
     if ranks > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", *one_node()]
+        # Plain --standalone, as a T20 user may start torchrun: on torch 1.10 its c10d
+        # rendezvous leaves torchrun's agent store unused (TORCHELASTIC_USE_AGENT_STORE=
+        # False), the ECCL rendezvous the other tests' static one does not take. The
+        # only test that holds localhost:29400 there, so xdist's workers never meet on it.
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += [f"--nproc_per_node={ranks}", PROGRAM]
     env = clean_env(MMGCU_SIMULATE=2, MMGCU_SIMULATE_API="gcu1", OMP_NUM_THREADS=1)
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)

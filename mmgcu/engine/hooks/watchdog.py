@@ -101,6 +101,7 @@ class GCUWatchdogHook(CardBound, Hook):
         self.phase = "start"
         self.saves = 0
         self.acted = False
+        self.stood_down = False
         self.runner, self.start, self.rank, self.card = None, 0, 0, ""
         self._validation = None
         self._seq = 0
@@ -259,12 +260,11 @@ class GCUWatchdogHook(CardBound, Hook):
 
     def stand_down(self) -> None:
         """This rank's job is ending for a cause already named (a peer's failure): its wait
-        for the launcher is no hang, so from here on it gives no verdict and its beat says
-        it is done (a loaded host can take longer than the bound to stop the job)."""
+        for the launcher is no hang, so from here on this rank gives no verdict, not even
+        one its thread has begun (a loaded host can take longer than the bound to stop
+        the job). It goes on beating as it was, so the other ranks' clocks run on."""
         with self._lock:
-            self.acted = True
-        self._set("done")
-        self._stop.set()
+            self.acted = self.stood_down = True
 
     def _act(self, verdict: hb.Verdict, beats: Dict[int, dict], why: str, late=False) -> None:
         """Stop the job if this rank is the one to: the stuck rank itself when its thread
@@ -297,6 +297,9 @@ class GCUWatchdogHook(CardBound, Hook):
 
     def _kill(self, verdict: hb.Verdict, beats: Dict[int, dict], why: str) -> None:
         """SIGKILL stuck ranks started by this rank's launcher (they show as its failure)."""
+        with self._lock:
+            if self.stood_down:
+                return
         if not all(beats[r]["ppid"] == os.getppid() for r in verdict.culprits):
             self._end(_message(verdict, beats, why, f"rank {self.rank} exits"))
         states = {r: self._states.get(r, "?") for r in verdict.culprits}
@@ -311,6 +314,9 @@ class GCUWatchdogHook(CardBound, Hook):
 
     def _end(self, message) -> None:
         """Exit this process now (its main thread is stuck, or the job must end)."""
+        with self._lock:
+            if self.stood_down:
+                return
         if message:
             self._log(message)
         os._exit(1)
