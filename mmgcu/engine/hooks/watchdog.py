@@ -260,9 +260,9 @@ class GCUWatchdogHook(CardBound, Hook):
 
     def stand_down(self) -> None:
         """This rank's job is ending for a cause already named (a peer's failure): its wait
-        for the launcher is no hang, so from here on this rank gives no verdict, not even
-        one its thread has begun (a loaded host can take longer than the bound to stop
-        the job). It goes on beating as it was, so the other ranks' clocks run on."""
+        for the launcher is no hang, so from here on this rank does not end itself, not even
+        on a verdict its thread has begun (a loaded host can take longer than the bound to
+        stop the job). It goes on beating as it was, so the other ranks' clocks run on."""
         with self._lock:
             self.acted = self.stood_down = True
 
@@ -296,10 +296,9 @@ class GCUWatchdogHook(CardBound, Hook):
             return True
 
     def _kill(self, verdict: hb.Verdict, beats: Dict[int, dict], why: str) -> None:
-        """SIGKILL stuck ranks started by this rank's launcher (they show as its failure)."""
-        with self._lock:
-            if self.stood_down:
-                return
+        """SIGKILL stuck ranks started by this rank's launcher (they show as its failure).
+        Done even after this rank stood down: the kill was claimed first, and it names the
+        stuck rank, which a stopped process would otherwise never let the launcher do."""
         if not all(beats[r]["ppid"] == os.getppid() for r in verdict.culprits):
             self._end(_message(verdict, beats, why, f"rank {self.rank} exits"))
         states = {r: self._states.get(r, "?") for r in verdict.culprits}
