@@ -18,7 +18,7 @@ import os
 import os.path as osp
 import sys
 import time
-from typing import Tuple
+from typing import Dict, Tuple
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO not in sys.path:
@@ -80,21 +80,9 @@ FAMILIES = {
     "upernet": ("upernet/upernet_r50_4xb4-80k_ade20k-512x512.py", None),
     "vit": ("vit/vit_deit-s16_upernet_8xb2-80k_ade20k-512x512.py", None),
 }
-#: What the zoo changes in a family's config to fit this 2-core, 24 GiB host, and why.
-OPTIONS = {
-    "beit": (
-        {"train_dataloader.batch_size": 1},
-        "1 image per card: at 2 (the config's), two ranks of BEiT-B at 640 x 640 (its crop, "
-        "kept for its position tables) outgrow this host's 24 GiB (the kernel's OOM killer "
-        "ended a rank at 10 GB)",
-    ),
-}
-OPTIONS["mae"] = (
-    {"train_dataloader.batch_size": 1},
-    "1 image per card: at 2 (the config's), two ranks of MAE-B with AMP at 512 x 512 (its "
-    "crop, kept for its position tables) outgrow this host's 24 GiB on the T20 stack (the "
-    "kernel's OOM killer ended a rank)",
-)
+#: What the zoo changes in a family's config to fit this 2-core, 24 GiB host, and why
+#: (family -> ({option: value}, why)). None since BEiT and MAE rehearse at the small crop.
+OPTIONS: Dict[str, Tuple[Dict[str, object], str]] = {}
 #: The project's own config for the field reports' backbone (T20 stack: mmpretrain).
 DINOV2 = ("dinov2", "configs/dinov2/upernet_dinov2-s14_8xgcu-80k_loveda-518x518.py", "mmpretrain")
 #: Families left out of the zoo, and why (not a fault of mmgcu's or a card's).
@@ -291,7 +279,8 @@ def table(args) -> int:
         "Written by `make zoo` (`tools/zoo.py`): one stock mmseg 1.2.2 config per model family,",
         "with `custom_imports=['mmgcu']` and `runner_type='GCURunner'` added, rehearsed by",
         "`mmgcu rehearse` on 2 simulated cards per leg (`--scale small`: the largest crop side",
-        "128 px, except BEiT, MAE and LRASPP, whose layers are sized for the config's crop),",
+        "128 px, BEiT's and MAE's img_size with it; LRASPP keeps the config's crop, for its",
+        "pooling window),",
         "2 iterations, checkpoint, validation, resume and one more iteration; synthetic data",
         "through each config's own pipelines; no pretrained weights (none is downloaded).",
         "Losses are those of iterations 1 and 2 on rank 0, compared at 1e-4 (relative); in",

@@ -11,8 +11,9 @@ and what a rehearsal need not repeat:
 - the schedule is ``iters`` iterations, one validation and a checkpoint at the end, a log
   line every iteration;
 - ``scale='small'`` divides every crop, resize scale and sliding window by one factor, so
-  the largest crop side is :data:`SMALL_SIDE`; models whose weights depend on the input size
-  (:data:`FIXED_INPUT`) keep the config's crop.
+  the largest crop side is :data:`SMALL_SIDE`; backbones that build their position tables
+  for an ``img_size`` (:data:`SIZED_BY_IMG_SIZE`) get it divided by the same factor, and
+  layers sized for the config's input by a constant (:data:`FIXED_INPUT`) keep its crop.
 """
 
 import copy
@@ -22,11 +23,17 @@ from typing import Any, Dict, List, Optional, Tuple
 #: The largest crop side at ``scale='small'``: a step in seconds on a CPU, and deep enough
 #: for an output stride of 32.
 SMALL_SIDE = 128
-#: Layers sized for the config's input (a backbone's position tables, a head's fixed
-#: pooling window): their config's crop is kept.
+#: Backbones whose position tables are built for their ``img_size`` and not resized to
+#: the input at run time (beit.py, mae.py: a table per patch of ``img_size``): at the small
+#: scale their ``img_size`` shrinks with the crop. Their pretrained weights still load:
+#: mmseg resizes a checkpoint's tables to the model's (``resize_rel_pos_embed``, and MAE's
+#: ``resize_abs_pos_embed``).
+SIZED_BY_IMG_SIZE = {
+    "BEiT": "BEiT's relative position tables",
+    "MAE": "MAE's position tables",
+}
+#: Layers sized for the config's input by a constant: their config's crop is kept.
 FIXED_INPUT = {
-    "BEiT": "BEiT's relative position tables are",
-    "MAE": "MAE's position tables are",
     # lraspp_head.py: nn.AvgPool2d(kernel_size=49, stride=(16, 20)) on stride-8 features
     "LRASPPHead": "LRASPP's 49 x 49 pooling window is",
 }
@@ -121,13 +128,23 @@ def shrink(node: Any, factor: float, keys=SIZE_KEYS) -> Any:
     return node
 
 
-def shrink_model(model: dict, factor: float) -> dict:
+def shrink_model(model: dict, factor: float, notes: List[str]) -> dict:
     """The model's input size (its data preprocessor's pad size, its sliding window) times
-    ``factor``; its layers are untouched."""
+    ``factor``, and the ``img_size`` of a backbone in :data:`SIZED_BY_IMG_SIZE` (said in
+    ``notes``); its other layers are untouched."""
     model = dict(model)
     for key in ("data_preprocessor", "test_cfg"):
         if model.get(key):
             model[key] = shrink(model[key], factor)
+    backbone = model.get("backbone") or {}
+    kind = str(backbone.get("type", "")).split(".")[-1]
+    if factor != 1.0 and kind in SIZED_BY_IMG_SIZE and "img_size" in backbone:
+        size = backbone["img_size"]
+        model["backbone"] = dict(backbone, img_size=_scaled(size, factor))
+        notes.append(
+            f"scale small: {kind}'s img_size {size} -> {model['backbone']['img_size']} "
+            f"with the crop ({SIZED_BY_IMG_SIZE[kind]} are built for it)"
+        )
     return model
 
 
@@ -196,7 +213,7 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     side = image_side(cfg, factor)
     out = cfg.to_dict() if hasattr(cfg, "to_dict") else copy.deepcopy(dict(cfg))
     dropped: List[str] = []
-    out["model"] = shrink_model(drop_missing_weights(out["model"], dropped), factor)
+    out["model"] = shrink_model(drop_missing_weights(out["model"], dropped), factor, notes)
     if out.get("load_from") and not is_local(out["load_from"]):
         dropped.append(f"load_from = {out['load_from']!r}")
         out["load_from"] = None

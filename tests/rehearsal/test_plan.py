@@ -55,14 +55,28 @@ def test_small_scale_shrinks_every_input_size_and_no_layer():
     assert changes["image_side"] == 128  # the resize scale's short side, shrunk
 
 
-def test_real_scale_and_position_tables_keep_the_crop():
+def test_position_tables_shrink_with_the_crop():
+    """BEiT builds its tables for img_size: left at 512, a 128 crop would not fit them."""
+    beit = stock_like()
+    beit.model.backbone = dict(type="BEiT", img_size=(512, 512), patch_size=16)
+    out, changes = derive(beit, "/syn", iters=2, scale="small")
+    assert changes["crop"] == (SMALL_SIDE, SMALL_SIDE)
+    assert out["model"]["backbone"] == dict(
+        type="BEiT", img_size=(SMALL_SIDE, SMALL_SIDE), patch_size=16
+    )
+    (note,) = [n for n in changes["notes"] if "img_size" in n]
+    assert note == (
+        "scale small: BEiT's img_size (512, 512) -> (128, 128) with the crop "
+        "(BEiT's relative position tables are built for it)"
+    )
+    out, changes = derive(beit, "/syn", iters=2, scale="real")
+    assert out["model"]["backbone"]["img_size"] == (512, 512)
+    assert not [n for n in changes["notes"] if "img_size" in n]
+
+
+def test_real_scale_and_a_fixed_pooling_window_keep_the_crop():
     out, changes = derive(stock_like(depth=50), "/syn", iters=2, scale="real")
     assert changes["crop"] == (512, 512) and changes["image_side"] == 512
-    beit = stock_like()
-    beit.model.backbone = dict(type="BEiT", img_size=(512, 512))
-    out, changes = derive(beit, "/syn", iters=2, scale="small")
-    assert changes["crop"] == (512, 512)
-    assert any("BEiT's relative position tables are sized by it" in n for n in changes["notes"])
     lraspp = stock_like()
     lraspp.model.decode_head = dict(type="LRASPPHead")
     assert derive(lraspp, "/syn", iters=2, scale="small")[1]["crop"] == (512, 512)
