@@ -81,7 +81,7 @@ FAMILIES = {
     "vit": ("vit/vit_deit-s16_upernet_8xb2-80k_ade20k-512x512.py", None),
 }
 #: What the zoo changes in a family's config to fit this 2-core, 24 GiB host, and why
-#: (family -> ({option: value}, why)). None since BEiT and MAE rehearse at the small crop.
+#: (family -> ({option: value}, why)); at the small crop every family fits as it is.
 OPTIONS: Dict[str, Tuple[Dict[str, object], str]] = {}
 #: The project's own config for the field reports' backbone (T20 stack: mmpretrain).
 DINOV2 = ("dinov2", "configs/dinov2/upernet_dinov2-s14_8xgcu-80k_loveda-518x518.py", "mmpretrain")
