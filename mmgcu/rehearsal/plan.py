@@ -87,6 +87,11 @@ def image_side(cfg, factor: float) -> int:
     return max(8, round(max(crop_of(cfg)) * factor))
 
 
+def kind_of(part: dict) -> str:
+    """The class a config part builds, without its registry scope (``mmseg.BEiT``: BEiT)."""
+    return str(part.get("type", "")).split(".")[-1]
+
+
 def scale_factor(cfg, scale: str) -> Tuple[float, Optional[str]]:
     """The factor crops are multiplied by, and why the crop is kept when it is."""
     if scale == "real":
@@ -95,7 +100,7 @@ def scale_factor(cfg, scale: str) -> Tuple[float, Optional[str]]:
     heads = model.get("decode_head") or {}
     parts = [model.get("backbone") or {}] + (list(heads) if isinstance(heads, list) else [heads])
     for part in parts:
-        kind = str(part.get("type", "")).split(".")[-1]
+        kind = kind_of(part)
         if kind in FIXED_INPUT:
             return 1.0, f"the crop is kept: {FIXED_INPUT[kind]} sized by it"
     return min(1.0, SMALL_SIDE / max(crop_of(cfg))), None
@@ -137,7 +142,7 @@ def shrink_model(model: dict, factor: float, notes: List[str]) -> dict:
         if model.get(key):
             model[key] = shrink(model[key], factor)
     backbone = model.get("backbone") or {}
-    kind = str(backbone.get("type", "")).split(".")[-1]
+    kind = kind_of(backbone)
     if factor != 1.0 and kind in SIZED_BY_IMG_SIZE and "img_size" in backbone:
         size = backbone["img_size"]
         model["backbone"] = dict(backbone, img_size=_scaled(size, factor))
