@@ -9,7 +9,6 @@ from tests.conftest import REPO, clean_env, one_worker
 from tests.e2e.conftest import (
     LEG_API,
     LEG_DEVICE,
-    checkpoint_report,
     checkpoints,
     finish,
     free_port,
@@ -61,29 +60,6 @@ def test_stock_train_on_8_cards(eight_card_run):
     # mmseg's warnings as the model and hooks are built: rank 0's, not one per card.
     assert out.count("UserWarning: Default ``avg_non_ignore`` is False") == 1, out[-5000:]
     assert out.count("UserWarning: The draw is False") == 1, out[-5000:]
-
-
-@pytest.mark.t20
-def test_amp_then_resume_in_bfloat16(dataset, tmp_path):
-    """--amp (float16) to iteration 4, then --resume in bfloat16 to 8: a checkpoint bound to
-    its cards (rank 1 loads what rank 0 saved from card 0), a scaler that does not resume,
-    or a refused dtype fails here. Two cards: the eighth adds nothing to these."""
-    cfg = write_config(tmp_path / "cfg.py", dataset)
-    work = str(tmp_path / "work")
-    args = [mmseg_tool("train.py"), cfg, "--launcher", "pytorch", "--work-dir", work, "--amp"]
-    code, out = finish(torchrun(args, nproc=2, cards=2))
-    assert code == 0, out[-5000:]
-    mode = {"gcu2": "skip", "gcu1": "zero"}[LEG_API]  # the generation's default
-    assert f"optimizer wrapper GCUAmpOptimWrapper (torch.float16, overflow step '{mode}')" in out
-    resume = ["--resume", "--cfg-options", "optim_wrapper.dtype=bfloat16"]
-    resume += ["train_cfg.max_iters=8", "param_scheduler.0.end=8"]
-    code, out = finish(torchrun(args + resume, nproc=2, cards=2))
-    assert code == 0, out[-5000:]
-    assert "resumed epoch: 0, iter: 4" in out and "Iter(train) [1/8]" not in out
-    assert f"optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16, overflow step '{mode}')" in out
-    assert [r["iter"] for r in probes(work).values()] == [8] * 2
-    report = checkpoint_report(osp.join(work, "iter_8.pth"))
-    assert report["bad"] == [] and report["iter"] == 8, report
 
 
 def test_two_nodes_of_two_cards(dataset, tmp_path):

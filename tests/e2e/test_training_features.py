@@ -122,12 +122,6 @@ def amp(amp_cfg, tmp):
 
 
 @pytest.fixture(scope="module")
-def amp_again(amp_cfg, tmp):
-    """The same run again (seeds), later resumed to 8 iterations."""
-    return train(tmp / "amp_again", amp_cfg, "--amp")
-
-
-@pytest.fixture(scope="module")
 def seed1_bn(plain_cfg, tmp):
     """As ``amp`` with seed 1, no EmptyCacheHook, and plain BN converted by ``sync_bn``."""
     return train(
@@ -153,8 +147,10 @@ def cpu_run(plain_cfg, tmp):
 
 
 @pytest.fixture(scope="module")
-def bf16(amp_cfg, tmp):
-    """--amp in bfloat16 (validation stays fp16), with diff_rank_seed."""
+def bf16(amp_cfg, cpu_run, tmp):
+    """--amp in bfloat16 (validation stays fp16), with diff_rank_seed, starting from the CPU
+    run's checkpoint (load_from)."""
+    cpu_run.ok(world=1)
     return train(
         tmp / "bf16",
         amp_cfg,
@@ -162,28 +158,16 @@ def bf16(amp_cfg, tmp):
         "--cfg-options",
         "optim_wrapper.dtype=bfloat16",
         "randomness.diff_rank_seed=True",
-    )
-
-
-@pytest.fixture(scope="module")
-def from_cpu(plain_cfg, cpu_run, tmp):
-    """One iteration from the CPU run's checkpoint (load_from)."""
-    cpu_run.ok(world=1)
-    return train(
-        tmp / "from_cpu",
-        plain_cfg,
-        "--cfg-options",
         f"load_from={osp.join(cpu_run.work_dir, 'iter_4.pth')}",
-        "train_cfg.max_iters=1",
     )
 
 
 @pytest.fixture(scope="module")
-def resumed(amp_again, amp_cfg, tmp):
-    """amp_again's work dir (copied), continued with --resume to 8 iterations."""
-    amp_again.ok()
+def resumed(amp, amp_cfg, tmp):
+    """amp's work dir (copied), continued with --resume to 8 iterations in bfloat16."""
+    amp.ok()
     work = str(tmp / "resumed")
-    shutil.copytree(amp_again.work_dir, work)
+    shutil.copytree(amp.work_dir, work)
     for name in glob.glob(osp.join(work, "probe_rank*.json")):
         os.remove(name)
     with open(osp.join(work, "last_checkpoint"), "w") as f:
@@ -194,12 +178,31 @@ def resumed(amp_again, amp_cfg, tmp):
         "--amp",
         "--resume",
         "--cfg-options",
+        "optim_wrapper.dtype=bfloat16",
         "train_cfg.max_iters=8",
         "param_scheduler.0.end=8",
     )
 
 
+LOGGED_EVERY_3 = dict(
+    train_cfg=dict(type="IterBasedTrainLoop", max_iters=6, val_interval=6),
+    default_hooks=dict(logger=dict(type="LoggerHook", interval=3, log_metric_by_epoch=False)),
+)
+
+
+@pytest.fixture(scope="module")
+def logging_pair(dataset, tmp):
+    """One seeded job run twice: scalars kept on the card until the log line (mmgcu), and
+    read at every step (``gcu_defer_scalars=False``, as stock mmengine does)."""
+    runs = {}
+    for name, defer in (("deferred", True), ("stock_logging", False)):
+        cfg = write_config(tmp / f"{name}.py", dataset, gcu_defer_scalars=defer, **LOGGED_EVERY_3)
+        runs[name] = train(tmp / name, cfg)
+    return runs
+
+
 # -- 1. AMP -----------------------------------------------------------------------------
+@pytest.mark.t20  # its run is the resumed one's start
 def test_amp_flag_trains_in_fp16_on_cards(amp):
     """Without GCUAmpOptimWrapper, stock AmpOptimWrapper asserts CUDA or autocasts nothing."""
     run = amp.ok()
@@ -211,6 +214,10 @@ def test_amp_flag_trains_in_fp16_on_cards(amp):
     assert len(lines) == MAX_ITERS
     assert all("memory" in s for s in lines), lines
     assert "memory: " in run.text_log()
+    mode = {"gcu2": "skip", "gcu1": "zero"}[LEG_API]  # the generation's default
+    assert (
+        f"optimizer wrapper GCUAmpOptimWrapper (torch.float16, overflow step '{mode}')" in run.out
+    )
     if LEG_API == "gcu1":
         # torch_gcu 1.x AMP: scaler.step/update, then one unlazy of the AMP outputs per step.
         assert run.each("graph_runs") == [MAX_ITERS] * 2
@@ -228,7 +235,8 @@ def test_bf16_amp(bf16):
 
 def test_amp_in_float32_fails_fast(amp_cfg, tmp):
     """Without the dtype check the run would start training in a dtype autocast refuses."""
-    run = train(tmp / "fp32_amp", amp_cfg, "--amp", "--cfg-options", "optim_wrapper.dtype=float32")
+    args = ("--amp", "--cfg-options", "optim_wrapper.dtype=float32")
+    run = train(tmp / "fp32_amp", amp_cfg, *args, nproc=1, cards=1)
     assert run.code != 0
     # The config dump names float32 too: look for the error itself (mmgcu prints a
     # GCUError as "mmgcu: <message>", other errors keep their "XError: ..." line).
@@ -238,13 +246,17 @@ def test_amp_in_float32_fails_fast(amp_cfg, tmp):
 
 
 # -- 3. resume --------------------------------------------------------------------------
-
-
-def test_resume_continues_and_checkpoint_loads_on_cpu(resumed):
-    """A card-bound checkpoint, or a resume that restarts, fails here."""
+@pytest.mark.t20
+def test_resume_in_another_dtype_continues_and_checkpoint_loads_on_cpu(resumed):
+    """A card-bound checkpoint (rank 1 loads what rank 0 saved from card 0), a resume that
+    restarts, a scaler state that does not resume, or a refused dtype fails here."""
     run = resumed.ok()
     assert "resumed epoch: 0, iter: 4" in run.out, run.out[-5000:]
     assert "Iter(train) [5/8]" in run.out and "Iter(train) [1/8]" not in run.out
+    mode = {"gcu2": "skip", "gcu1": "zero"}[LEG_API]
+    assert (
+        f"optimizer wrapper GCUAmpOptimWrapper (torch.bfloat16, overflow step '{mode}')" in run.out
+    )
     assert "iter_8.pth" in checkpoints(run.work_dir)
     assert run.each("iter") == [8, 8]
     report = checkpoint_report(osp.join(run.work_dir, "iter_8.pth"))
@@ -256,12 +268,11 @@ def test_resume_continues_and_checkpoint_loads_on_cpu(resumed):
 
 
 # -- 4. CPU checkpoint onto cards ---------------------------------------------------------
-def test_cpu_checkpoint_loads_onto_cards(cpu_run, from_cpu):
+def test_cpu_checkpoint_loads_onto_cards(cpu_run, bf16):
     """A load that failed, or left CPU tensors in a card model, would stop the run."""
     assert cpu_run.each("param_devices") == [["cpu"]]
-    run = from_cpu.ok()
-    assert "Load checkpoint from" in run.out
-    assert run.each("iter") == [1, 1]
+    run = bf16.ok()
+    assert "Load checkpoint from " + osp.join(cpu_run.work_dir, "iter_4.pth") in run.out
     for rank, r in run.probes.items():
         assert r["param_devices"] == [f"{LEG_DEVICE}:{rank}"], r
         assert r["buffer_devices"] == [f"{LEG_DEVICE}:{rank}"], r
@@ -276,11 +287,12 @@ def test_sync_bn_keeps_bn_statistics_equal(amp, seed1_bn):
 
 
 # -- 6. seeds ---------------------------------------------------------------------------
-def test_seeds_make_runs_repeatable(amp, amp_again, seed1_bn, bf16):
+def test_seeds_make_runs_repeatable(amp, seed1_bn, logging_pair, bf16):
     """Unseeded, reruns would differ; with the seed ignored, seed=1 would repeat seed=0."""
+    # The logging pair is one seeded job run twice (6 iterations, a loss logged every 3).
+    again = [run.ok().losses() for run in logging_pair.values()]
+    assert len(again[0]) == 2 and again[0] == again[1], again
     losses = amp.ok().losses()
-    assert len(losses) == MAX_ITERS
-    assert amp_again.ok().losses() == losses
     other = seed1_bn.ok().losses()
     assert len(other) == MAX_ITERS and other[0] != losses[0], (other, losses)
     # diff_rank_seed=True runs (its per-rank seeds are not observable from the probe).
@@ -288,24 +300,18 @@ def test_seeds_make_runs_repeatable(amp, amp_again, seed1_bn, bf16):
 
 
 # -- logged scalars: read once per log line, the values stock logging records ----------
-LOGGED_EVERY_3 = dict(
-    train_cfg=dict(type="IterBasedTrainLoop", max_iters=6, val_interval=6),
-    default_hooks=dict(logger=dict(type="LoggerHook", interval=3, log_metric_by_epoch=False)),
-)
 TIMING = ("time", "data_time", "memory", "eta")
 
 
 @pytest.mark.t20  # the legacy path on the T20 stack too
-def test_deferred_scalars_log_what_stock_logging_logs(dataset, tmp):
+def test_deferred_scalars_log_what_stock_logging_logs(logging_pair):
     """The same seeded run, scalars kept on the card (mmgcu) and read at every step
     (``gcu_defer_scalars=False``, stock mmengine): scalars.json, key order included, is
     the same but for the timings."""
-    runs = []
-    for name, defer in (("deferred", True), ("stock_logging", False)):
-        cfg = write_config(tmp / f"{name}.py", dataset, gcu_defer_scalars=defer, **LOGGED_EVERY_3)
-        lines = train(tmp / name, cfg).ok().scalars()
-        runs.append([[(k, v) for k, v in line.items() if k not in TIMING] for line in lines])
-    deferred, stock = runs
+    deferred, stock = (
+        [[(k, v) for k, v in line.items() if k not in TIMING] for line in run.ok().scalars()]
+        for run in (logging_pair["deferred"], logging_pair["stock_logging"])
+    )
     assert [line[-1] for line in stock] == [("step", 3), ("step", 6), ("step", 6)], stock
     assert deferred == stock
 
@@ -361,6 +367,7 @@ def test_distributed_test_matches_single_process(amp, amp_cfg, tmp):
 
 
 # -- 9. torch_gcu 1.x lazy step with accumulation --------------------------------------
+@pytest.mark.t20
 @pytest.mark.skipif(LEG_API != "gcu1", reason="torch_gcu 2.x steps eagerly: no lazy graph")
 def test_lazy_step_once_per_accumulated_step(plain_cfg, tmp):
     """Stepping without torch_gcu.optimizer_step (or every iteration) breaks the count."""
