@@ -119,3 +119,15 @@ def test_resize_and_out_on_a_card():
     assert out["resized"] == [1024]
     assert out["out"] == [4]
     assert out["bytes"] == 1024 * 4 + 4 * 4 + 4 * 4
+
+
+@pytest.mark.parametrize("api", SIM_APIS)
+def test_out_arguments_are_written_in_card_memory(api):
+    """An out= argument is written where it lives (a view writes its base), grown or
+    restrided like a CPU tensor; a new result is card memory, counted."""
+    out = sim_json("out_arguments", api=api, cards=1)
+    card = DEVICE_TYPE[api]
+    assert out["result"] == [card, 24, [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]]
+    assert out["into_view"] == [True, [[0.0] * 6, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]]
+    assert out["grown"] == [[6], card, [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]]
+    assert out["restrided"] == [[6], [1], [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]]

@@ -14,7 +14,8 @@
 //   - the copy and scalar-read kernels, which are the same on both generations;
 //   - a boxed fallback for every op without a card kernel: PyTorch's same-device check, then
 //     the CPU kernel on the cards' host memory, so a CPU tensor or another card's tensor fails
-//     as on hardware, in-place and out= results land on the card and views share its memory;
+//     as on hardware, in-place and out= results land on the card and views share its memory,
+//     and a new result's host memory becomes the card's (counted there, not copied);
 //   - half precision computed in float32 for convolution and the matmul family;
 //   - a backward-pass callback whose Python error reaches the caller;
 //   - the Python functions both generations expose.
@@ -218,11 +219,65 @@ static at::Tensor host_or_undefined(const at::Tensor& t) {
   return t.defined() ? host_alias(t) : t;
 }
 
-// A new CPU result, copied onto the card (through the allocator, so it is counted); with
-// `dtype`, converted to it on the way.
+// The host memory of a CPU result that a card tensor took over, kept alive while the card
+// tensor lives, and the bytes it counts on that card.
+struct Adopted {
+  c10::Storage host;
+  size_t bytes;
+  int card;
+};
+
+static void release_adopted(void* ctx) {
+  auto* a = static_cast<Adopted*>(ctx);
+  {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    g_memory[a->card].allocated -= static_cast<int64_t>(a->bytes);
+  }
+  delete a;  // the last reference to the host storage: its own deleter frees the memory
+}
+
+// A card tensor over the memory of `t`, a CPU result nothing else references: no copy. Card
+// memory is host memory, so the CPU kernel's output is the card's once it is counted there;
+// copying it (a second buffer, written in full, page by page) cost about a third of a
+// simulated step. Made as the card's factories make a tensor, then given that memory.
+static at::Tensor adopt_onto_card(const at::Tensor& t, c10::Device card) {
+  const c10::Storage& host = t.storage();
+  const size_t bytes = host.nbytes();
+  void* data = host.unsafeGetStorageImpl()->data_ptr().get();
+  {
+    std::lock_guard<std::mutex> lock(g_memory_mutex);
+    auto& m = g_memory[card.index()];
+    m.allocated += static_cast<int64_t>(bytes);
+    if (m.allocated > m.peak) m.peak = m.allocated;
+  }
+  c10::DataPtr memory(data, new Adopted{host, bytes, card.index()}, &release_adopted, card);
+  const c10::DeviceGuard guard(card);
+  auto out = at::empty({0}, t.options().device(card));
+  auto* impl = out.unsafeGetTensorImpl();
+  auto* storage = impl->storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(std::move(memory));
+  storage->set_nbytes(bytes);
+  impl->set_sizes_and_strides(t.sizes(), t.strides());
+  impl->set_storage_offset(t.storage_offset());
+  return out;
+}
+
+// Whether `t` alone holds memory of its own from the CPU allocator: a host alias of a card
+// tensor (which does not own its memory) or a view of another tensor is not.
+static bool owns_its_memory(const at::Tensor& t) {
+  const c10::Storage& storage = t.storage();
+  return storage.use_count() == 1 && storage.nbytes() > 0 &&
+         storage.unsafeGetStorageImpl()->data_ptr().get_deleter() ==
+             c10::GetCPUAllocator()->raw_deleter();
+}
+
+// A new CPU result, onto the card (counted there); with `dtype`, converted to it on the way.
+// A result that does not own its memory alone is copied instead.
 static at::Tensor onto_card(const at::Tensor& t, c10::Device card,
                             c10::optional<at::ScalarType> dtype = c10::nullopt) {
   if (!t.defined() || !t.is_cpu()) return t;
+  const bool convert = dtype.has_value() && t.is_floating_point() && *dtype != t.scalar_type();
+  if (!convert && owns_its_memory(t)) return adopt_onto_card(t, card);
   const c10::DeviceGuard guard(card);
   auto options = t.options().device(card);
   if (dtype.has_value() && t.is_floating_point()) options = options.dtype(*dtype);
@@ -563,29 +618,46 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   const size_t first = stack->size() - args.size();
   std::vector<c10::IValue> given(stack->begin() + first, stack->end());
   const auto half = computed_in_float32(schema) ? half_arguments(given) : c10::nullopt;
-  // out= arguments may be resized by the kernel: they get a host copy, written back below.
+  // out= arguments: the kernel writes through a host alias of the card's memory, which it
+  // may restride but not grow. One it must grow ("... is not resizable") gets a host copy,
+  // written back below, as does each one of a call computed in float32.
   std::vector<std::pair<size_t, at::Tensor>> outs;
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto& v = (*stack)[first + i];
-    const auto* alias = alias_of(args[i]);
-    if (v.isTensor() && is_card(v.toTensor()) && args[i].kwarg_only() && alias &&
-        alias->isWrite()) {
-      auto host = host_alias(v.toTensor()).clone();
-      outs.emplace_back(i, host);
-      v = host;
-    } else if (v.isDevice() && v.toDevice().type() == card->type()) {
-      v = c10::IValue(c10::Device(c10::DeviceType::CPU));
-    } else if (half) {
-      v = map_tensors(v, [](const at::Tensor& t) {
-        return is_card(t) ? as_float32(host_alias(t)) : as_float32(t);
-      });
-    } else {
-      v = map_tensors(v, [](const at::Tensor& t) { return is_card(t) ? host_alias(t) : t; });
+  auto push_arguments = [&](bool copy_outs) {
+    outs.clear();
+    for (size_t i = 0; i < args.size(); ++i) {
+      auto v = given[i];
+      const auto* alias = alias_of(args[i]);
+      if (v.isTensor() && is_card(v.toTensor()) && args[i].kwarg_only() && alias &&
+          alias->isWrite()) {
+        auto host = host_alias(v.toTensor());
+        if (copy_outs || half) host = host.clone();
+        outs.emplace_back(i, host);
+        v = host;
+      } else if (v.isDevice() && v.toDevice().type() == card->type()) {
+        v = c10::IValue(c10::Device(c10::DeviceType::CPU));
+      } else if (half) {
+        v = map_tensors(v, [](const at::Tensor& t) {
+          return is_card(t) ? as_float32(host_alias(t)) : as_float32(t);
+        });
+      } else {
+        v = map_tensors(v, [](const at::Tensor& t) { return is_card(t) ? host_alias(t) : t; });
+      }
+      stack->push_back(std::move(v));
     }
-  }
-  try {
+  };
+  auto call = [&](bool copy_outs) {
+    if (stack->size() > first) stack->erase(stack->begin() + first, stack->end());
+    push_arguments(copy_outs);
     const c10::DeviceGuard guard(*card);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  };
+  try {
+    try {
+      call(false);
+    } catch (const c10::Error& e) {
+      if (outs.empty() || e.msg().find("not resizable") == std::string::npos) throw;
+      call(true);
+    }
   } catch (const c10::Error& e) {
     const auto shared = half_arguments(given);
     const bool mixed = !shared && mixes_half_and_float32(schema) && any_half_argument(given);
@@ -594,7 +666,16 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
     run_in_float32(op, stack, given, *card, shared);
     return;
   }
-  for (const auto& out : outs) write_back(given[out.first].toTensor(), out.second, *card);
+  for (const auto& out : outs) {
+    const auto& target = given[out.first].toTensor();
+    const auto& host = out.second;
+    if (host.data_ptr() != target.data_ptr()) {
+      write_back(target, host, *card);  // a host copy
+    } else if (host.sizes() != target.sizes() || host.strides() != target.strides()) {
+      // Written in place, restrided within its memory: the card tensor takes that geometry.
+      target.unsafeGetTensorImpl()->set_sizes_and_strides(host.sizes(), host.strides());
+    }
+  }
   const auto& rets = schema.returns();
   const size_t rfirst = stack->size() - rets.size();
   for (size_t r = 0; r < rets.size(); ++r) {
