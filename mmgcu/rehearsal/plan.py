@@ -13,7 +13,7 @@ and what a rehearsal need not repeat:
 - ``scale='small'`` divides every crop, resize scale and sliding window by one factor, so
   the largest crop side is :data:`SMALL_SIDE`; backbones that build their position tables
   for an ``img_size`` (:data:`SIZED_BY_IMG_SIZE`) get it divided by the same factor, and
-  layers sized for the config's input by a constant (:data:`FIXED_INPUT`) keep its crop.
+  a layer that needs a least input (:data:`LEAST_SIDE`) stops the factor there.
 """
 
 import copy
@@ -32,10 +32,12 @@ SIZED_BY_IMG_SIZE = {
     "BEiT": "BEiT's relative position tables",
     "MAE": "MAE's position tables",
 }
-#: Layers sized for the config's input by a constant: their config's crop is kept.
-FIXED_INPUT = {
-    # lraspp_head.py: nn.AvgPool2d(kernel_size=49, stride=(16, 20)) on stride-8 features
-    "LRASPPHead": "LRASPP's 49 x 49 pooling window is",
+#: Layers with a window of constant size, and the least crop side (px) it fits: at the small
+#: scale the crop shrinks no further than that.
+LEAST_SIDE = {
+    # lraspp_head.py: nn.AvgPool2d(kernel_size=49, stride=(16, 20)) on the backbone's
+    # stride-8 features, which fails below 49 x 49 ("Output size is too small").
+    "LRASPPHead": (49 * 8, "LRASPP's 49 x 49 pooling window on stride-8 features"),
 }
 DEFAULT_CROP = (512, 512)
 #: A T20 card's memory, what the peaks are compared with by default.
@@ -93,17 +95,25 @@ def kind_of(part: dict) -> str:
 
 
 def scale_factor(cfg, scale: str) -> Tuple[float, Optional[str]]:
-    """The factor crops are multiplied by, and why the crop is kept when it is."""
+    """The factor crops are multiplied by, and why, when a layer keeps it above the small
+    scale's."""
     if scale == "real":
         return 1.0, None
     model = cfg.get("model", {})
     heads = model.get("decode_head") or {}
     parts = [model.get("backbone") or {}] + (list(heads) if isinstance(heads, list) else [heads])
+    crop = crop_of(cfg)
+    factor, why = min(1.0, SMALL_SIDE / max(crop)), None
     for part in parts:
         kind = kind_of(part)
-        if kind in FIXED_INPUT:
-            return 1.0, f"the crop is kept: {FIXED_INPUT[kind]} sized by it"
-    return min(1.0, SMALL_SIDE / max(crop_of(cfg))), None
+        if kind in LEAST_SIDE:
+            side, window = LEAST_SIDE[kind]
+            least = min(1.0, side / min(crop))
+            if least > factor:
+                factor = least
+                what = f"the crop's shorter side stays {side} px" if least < 1.0 else None
+                why = f"{what or 'the crop is kept'}: {window} needs {side} px a side"
+    return factor, why
 
 
 def _scaled(value, factor: float):
@@ -211,9 +221,9 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     """The rehearsal's config as a dict (``Config(...)`` of it runs), and what was changed:
     ``{'crop': (h, w), 'image_side': int, 'factor': float, 'notes': [str, ...]}``."""
     notes: List[str] = []
-    factor, kept = scale_factor(cfg, scale)
-    if kept:
-        notes.append(f"scale small: {kept}")
+    factor, why = scale_factor(cfg, scale)
+    if why:
+        notes.append(f"scale small: {why}")
     crop = tuple(round(c * factor) for c in crop_of(cfg))
     side = image_side(cfg, factor)
     out = cfg.to_dict() if hasattr(cfg, "to_dict") else copy.deepcopy(dict(cfg))

@@ -74,12 +74,27 @@ def test_position_tables_shrink_with_the_crop():
     assert not [n for n in changes["notes"] if "img_size" in n]
 
 
-def test_real_scale_and_a_fixed_pooling_window_keep_the_crop():
+def test_real_scale_keeps_the_crop():
     out, changes = derive(stock_like(depth=50), "/syn", iters=2, scale="real")
     assert changes["crop"] == (512, 512) and changes["image_side"] == 512
+
+
+def test_a_fixed_pooling_window_shrinks_the_crop_only_as_far_as_it_fits():
+    """LRASPP's 49 x 49 window on stride-8 features fails below 392 px a side."""
     lraspp = stock_like()
     lraspp.model.decode_head = dict(type="LRASPPHead")
-    assert derive(lraspp, "/syn", iters=2, scale="small")[1]["crop"] == (512, 512)
+    lraspp.model.data_preprocessor.size = (512, 1024)
+    out, changes = derive(lraspp, "/syn", iters=2, scale="small")
+    assert changes["crop"] == (392, 784)
+    assert out["model"]["data_preprocessor"]["size"] == (392, 784)
+    assert changes["notes"][0] == (
+        "scale small: the crop's shorter side stays 392 px: LRASPP's 49 x 49 pooling window "
+        "on stride-8 features needs 392 px a side"
+    )
+    lraspp.model.data_preprocessor.size = (256, 256)  # already below it: kept
+    out, changes = derive(lraspp, "/syn", iters=2, scale="small")
+    assert changes["crop"] == (256, 256)
+    assert changes["notes"][0].startswith("scale small: the crop is kept: LRASPP's")
 
 
 def test_weights_are_kept_only_when_they_are_a_local_file(tmp_path):
