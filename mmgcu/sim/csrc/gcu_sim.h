@@ -130,6 +130,14 @@ struct CardMemory {
 static CardMemory g_memory[kMaxCards];
 static std::mutex g_memory_mutex;
 
+// `bytes` more (or, negative, fewer) live on `card`, and its peak.
+static void count_on_card(int card, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_memory_mutex);
+  auto& m = g_memory[card];
+  m.allocated += bytes;
+  if (m.allocated > m.peak) m.peak = m.allocated;
+}
+
 struct Allocation {
   void* ptr;
   size_t bytes;
@@ -138,10 +146,7 @@ struct Allocation {
 
 static void release(void* ctx) {
   auto* a = static_cast<Allocation*>(ctx);
-  {
-    std::lock_guard<std::mutex> lock(g_memory_mutex);
-    g_memory[a->card].allocated -= static_cast<int64_t>(a->bytes);
-  }
+  count_on_card(a->card, -static_cast<int64_t>(a->bytes));
   c10::free_cpu(a->ptr);
   delete a;
 }
@@ -166,12 +171,7 @@ struct SimAllocator final : public c10::Allocator {
   static c10::DataPtr allocate_on_current(size_t bytes) {
     const int card = t_current;
     void* ptr = bytes ? c10::alloc_cpu(bytes) : nullptr;
-    {
-      std::lock_guard<std::mutex> lock(g_memory_mutex);
-      auto& m = g_memory[card];
-      m.allocated += static_cast<int64_t>(bytes);
-      if (m.allocated > m.peak) m.peak = m.allocated;
-    }
+    count_on_card(card, static_cast<int64_t>(bytes));
     return {ptr, new Allocation{ptr, bytes, card}, &release, c10::Device(T, card)};
   }
 };
@@ -229,10 +229,7 @@ struct Adopted {
 
 static void release_adopted(void* ctx) {
   auto* a = static_cast<Adopted*>(ctx);
-  {
-    std::lock_guard<std::mutex> lock(g_memory_mutex);
-    g_memory[a->card].allocated -= static_cast<int64_t>(a->bytes);
-  }
+  count_on_card(a->card, -static_cast<int64_t>(a->bytes));
   delete a;  // the last reference to the host storage: its own deleter frees the memory
 }
 
@@ -244,12 +241,7 @@ static at::Tensor adopt_onto_card(const at::Tensor& t, c10::Device card) {
   const c10::Storage& host = t.storage();
   const size_t bytes = host.nbytes();
   void* data = host.unsafeGetStorageImpl()->data_ptr().get();
-  {
-    std::lock_guard<std::mutex> lock(g_memory_mutex);
-    auto& m = g_memory[card.index()];
-    m.allocated += static_cast<int64_t>(bytes);
-    if (m.allocated > m.peak) m.peak = m.allocated;
-  }
+  count_on_card(card.index(), static_cast<int64_t>(bytes));
   c10::DataPtr memory(data, new Adopted{host, bytes, card.index()}, &release_adopted, card);
   const c10::DeviceGuard guard(card);
   auto out = at::empty({0}, t.options().device(card));
