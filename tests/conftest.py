@@ -141,10 +141,25 @@ def one_worker(name: str):
 
 
 def pytest_collection_modifyitems(items):
-    """Multi-process tests (marked e2e) first: under pytest-xdist the long runs start early
-    and the short tests fill the cores around them, instead of one long run ending the
-    session alone. The order is the same in every worker, as xdist requires."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+    """The longest tests (marked long) first, each followed by a shorter multi-process test
+    of no group, then the other multi-process tests (marked e2e), then the rest: under
+    pytest-xdist the long runs start early and the short tests fill the cores around them,
+    instead of one long run ending the session alone. pytest-xdist's loadgroup hands out
+    the groups of several tests first, then single tests two at a time to a worker that
+    asks: a short test between two long ones keeps them off one worker. The order is the
+    same in every worker, as xdist requires."""
+    long_tests = [item for item in items if item.get_closest_marker("long")]
+    e2e = [item for item in items if item.get_closest_marker("e2e") and item not in long_tests]
+    rest = [item for item in items if item not in long_tests and item not in e2e]
+    fillers = [item for item in e2e if item.get_closest_marker("xdist_group") is None]
+    ordered = []
+    for item in long_tests:
+        ordered.append(item)
+        if fillers:
+            filler = fillers.pop(0)
+            e2e.remove(filler)
+            ordered.append(filler)
+    items[:] = ordered + e2e + rest
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,9 @@
 Two jobs, each stock ``tools/train.py`` under torchrun with ``--launcher pytorch`` (what
 ``mmgcu train`` runs), with ``MMGCU_SIMULATE=<hardware>:<cards>``: the first builds, places,
 wraps, trains ``iters`` iterations, validates and saves; the second resumes from that
-checkpoint and trains one more iteration. Nothing in the runner knows it is a rehearsal.
+checkpoint and trains one more iteration, without a save of its own (the first job's save
+proved the path; a second would write every weight and optimizer state again, most of a
+ViT's resume). Nothing in the runner knows it is a rehearsal.
 """
 
 import json
@@ -214,6 +216,10 @@ def rehearse(
         echo(f"resume: from iteration {iters}, one more ({logs[1]})")
         extra = ["--resume", "--cfg-options", f"load_from={checkpoint}"]
         extra += [f"train_cfg.max_iters={iters + 1}", f"train_cfg.val_begin={iters + 2}"]
+        # no save at the end (save_last) nor on the interval: iteration iters + 1 is not
+        # a multiple of iters + 2
+        extra += ["default_hooks.checkpoint.save_last=False"]
+        extra += [f"default_hooks.checkpoint.interval={iters + 2}"]
         codes.append(_launch(rehearsal_config, work_dir, cards, hardware, extra, logs[1]))
         result["seconds"]["resume"] = round(time.time() - start, 1)
         resumed = report.read_ranks(work_dir, "resume")

@@ -9,6 +9,7 @@ run here must be in both READMEs, word for word; they run on 2 of the T20's 8 ca
 the demo's test and ``eight_card_run`` train on all 8.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, clean_env
+from tests.rehearsal.helpers import assert_tiny_model_passed_every_phase
 
 TINY = os.path.join(REPO, "configs", "tiny", "_base_", "fcn_r18-tiny_synthetic-64x64.py")
 KEYS = """custom_imports = dict(imports=["mmgcu"], allow_failed_imports=False)
@@ -38,7 +40,12 @@ def on_two_cards(line: str) -> str:
     return line.replace("MMGCU_SIMULATE=t20 ", "MMGCU_SIMULATE=t20:2 ", 1)
 
 
-def user_config(folder, dataset, keys=KEYS) -> None:
+#: Pretrained weights as the README says to name them: a local file, on the T20 host (not
+#: on this machine, where the rehearsal starts from random weights and says so).
+PRETRAINED = "pretrain/resnet18_v1c.pth"
+
+
+def user_config(folder, dataset, keys=KEYS, extra="") -> None:
     """``my_config.py``: a model and data of the user's on mmseg's own runtime."""
     (folder / "my_config.py").write_text(
         f'_base_ = ["mmseg::_base_/default_runtime.py", {TINY!r}]\n'
@@ -47,6 +54,7 @@ def user_config(folder, dataset, keys=KEYS) -> None:
         "train_dataloader = dict(dataset=dict(data_root=data_root))\n"
         "val_dataloader = dict(dataset=dict(data_root=data_root))\n"
         "test_dataloader = val_dataloader\n"
+        f"{extra}"
     )
 
 
@@ -69,17 +77,21 @@ def test_the_readmes_show_these_commands(readme):
 
 
 @pytest.mark.e2e
+@pytest.mark.long
 def test_the_rehearsal_report_of_simulated_t20_cards(dataset, tmp_path):
-    user_config(tmp_path, dataset)
+    init = f"dict(type='Pretrained', checkpoint={PRETRAINED!r})"
+    user_config(tmp_path, dataset, extra=f"model = dict(backbone=dict(init_cfg={init}))\n")
     code, out = shell(on_two_cards(REPORT), tmp_path)
     assert code == 0, out[-5000:]
     assert "2 simulated T20 card(s) (torch_gcu 1.x" in out
     assert "card 1 (rank 1): peak" in out and "of 32.00 GiB: fits" in out, out[-5000:]
     assert "verdict: PASSED: launch it on the T20 with mmgcu train CONFIG" in out
-    assert (tmp_path / "work_dirs" / "my_config_rehearsal" / "rehearsal.json").exists()
+    with open(tmp_path / "work_dirs" / "my_config_rehearsal" / "rehearsal.json") as f:
+        assert_tiny_model_passed_every_phase(json.load(f), out, PRETRAINED)
 
 
 @pytest.mark.e2e
+@pytest.mark.long
 def test_rehearse_then_test_on_simulated_t20_cards(dataset, tmp_path):
     user_config(tmp_path, dataset)
     code, out = shell(on_two_cards(REHEARSE), tmp_path)

@@ -26,6 +26,7 @@ from tests.conftest import REPO, clean_env, one_worker
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.long,
     pytest.mark.skipif(
         torch.__version__.startswith("1."),
         reason="installs the torch 2.x CPU wheel of the main leg (the T20 leg installs mmgcu "

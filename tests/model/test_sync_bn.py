@@ -35,7 +35,7 @@ from mmgcu.model.sync_bn import (
     convert_gcu_sync_batchnorm,
     revert_gcu_sync_batchnorm,
 )
-from tests.conftest import REPO, SIM_APIS, clean_env, free_port, last_json
+from tests.conftest import REPO, SIM_APIS, clean_env, free_port, last_json, one_worker
 from tests.model.sync_bn_ranks import CASES, STEPS, rel_err, unsupported
 from tests.sim.helpers import DEVICE_TYPE
 from tests.sim.helpers import run_ranks as run_sim_ranks
@@ -84,6 +84,8 @@ def run_ranks(world_size, timeout=300):
 
 
 _results = {}
+#: The tests that read :func:`results`: one worker runs them, so each world size runs once.
+SHARED_RUNS = one_worker("sync_bn_ranks")
 
 
 def results(world_size):
@@ -98,6 +100,7 @@ def worst(world_size, case, key):
     return max(rank[case][key] for rank in results(world_size))
 
 
+@SHARED_RUNS
 @pytest.mark.parametrize(
     "world_size,case",
     [(w, c) for w in sorted(CASES) for c in CASES[w]],
@@ -125,6 +128,7 @@ def test_matches_batchnorm_over_all_ranks(world_size, case):
         assert rank[name]["eval_calls"] == 0
 
 
+@SHARED_RUNS
 def test_converted_mmseg_resnet_matches_batchnorm_over_both_ranks():
     # ResNetV1c-18 built with norm_cfg=dict(type='SyncBN'), converted, on batches of 1 and 2,
     # and stock float32 BN on both batches, against float64 BN on both batches. 18 layers
@@ -138,6 +142,7 @@ def test_converted_mmseg_resnet_matches_batchnorm_over_both_ranks():
             assert r[key] <= max(4 * r[f"{key}_bn32"], FP32_TOL), (key, r)
 
 
+@SHARED_RUNS
 def test_converted_mmcv_sync_bn_keeps_tensors_and_state_dict():
     for rank in results(2):
         r = rank["mmcv_sync_bn"]

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import TORCH_1, clean_env
 from tests.e2e.conftest import TINY
+from tests.rehearsal.helpers import assert_tiny_model_passed_every_phase
 
 pytestmark = [pytest.mark.e2e]
 STOCK = "mmseg::{}"
@@ -61,7 +62,13 @@ def stock_config(tmp_path, name, extra=""):
     return str(path)
 
 
+@pytest.mark.skipif(
+    not TORCH_1,
+    reason="on this leg tests/cli/test_walkthrough.py rehearses the same model, its "
+    "pretrained checkpoint missing too, with the README's command line",
+)
 @pytest.mark.t20
+@pytest.mark.long
 def test_a_config_with_a_missing_local_checkpoint_passes_every_phase(tmp_path):
     options = [
         "model.backbone.init_cfg.type=Pretrained",
@@ -69,28 +76,12 @@ def test_a_config_with_a_missing_local_checkpoint_passes_every_phase(tmp_path):
     ]
     code, out, report = rehearse(tmp_path, TINY, "--cfg-options", *options)
     assert code == 0, out[-5000:]
-    assert [p["status"] for p in report["phases"]] == ["passed"] * 7, report["phases"]
-    assert report["hardware"] == "T20" and report["api"] == "gcu1"
-    (note,) = [n for n in report["notes"] if "random initialisation" in n]
-    assert "'checkpoints/r18.pth'" in note and note in out
-    summary = report["summary"]
-    assert [c["card"] for c in summary["cards"]] == [0, 1]
-    assert all(
-        0 < c["peak_bytes"] < summary["card_memory_bytes"] and c["fits"] for c in summary["cards"]
-    )
-    assert (
-        summary["host_reads_per_iter"]["later"] == 1
-    )  # one read per log line, one line per iteration
-    assert summary["graph_runs_per_step"] == 1
-    assert summary["sync_bn"]["classes"] == {"GCUSyncBatchNorm": 23}
-    assert [e["iter"] for e in summary["losses"]] == [1, 2]
-    assert [e["iter"] for e in summary["resume_losses"]] == [3]
-    assert "mIoU" in summary["val"]
-    assert "card 1 (rank 1): peak" in out and "PASSED" in out
+    assert_tiny_model_passed_every_phase(report, out, "checkpoints/r18.pth")
 
 
 @pytest.mark.skipif(not TORCH_1, reason="PSANet rehearses on the T20 stack's leg (torch 1.10)")
 @pytest.mark.t20
+@pytest.mark.long
 def test_psanet_passes_and_names_the_path_of_its_mmcv_op(tmp_path):
     config = stock_config(tmp_path, "psanet/psanet_r50-d8_4xb4-80k_ade20k-512x512.py")
     code, out, report = rehearse(tmp_path, config, "--iters", "1", *ONE_IMAGE)
@@ -113,6 +104,7 @@ def test_psanet_passes_and_names_the_path_of_its_mmcv_op(tmp_path):
     reason="no torchvision build matches torch 2.13, so mmpretrain cannot be imported on this leg",
 )
 @pytest.mark.t20
+@pytest.mark.long
 def test_the_shipped_dinov2_config_rehearses_on_t20_cards(tmp_path):
     config = "dinov2/upernet_dinov2-s14_8xgcu-80k_loveda-518x518.py"  # as 'mmgcu configs' names it
     code, out, report = rehearse(tmp_path, config, "--iters", "1", *ONE_IMAGE)

@@ -41,6 +41,7 @@ def test_curves_from_logged_scalars(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.long
 def test_demo_learns_on_8_simulated_t20_cards(dataset, tmp_path):
     """make demo's command: the T20's generation (torch_gcu 1.x, xla:N), each warning of
     mmseg once (rank 0's), not once per card."""

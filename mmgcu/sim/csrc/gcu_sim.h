@@ -430,13 +430,17 @@ static at::Tensor as_float32(const at::Tensor& t) {
   return t.defined() && t.is_floating_point() ? t.to(at::kFloat) : t;
 }
 
-// Out-of-place matrix products, and those torch.matmul and F.linear decompose into on both
-// generations (mv/addmv/dot for vectors); their in-place and out= forms take the normal path.
+// Matrix products, and those torch.matmul and F.linear decompose into on both generations
+// (mv/addmv/dot for vectors), out of place and in their out= form: torch 1.10 sends a card's
+// mm to mm.out (its structured kernel allocates the result, then calls the out= form), which
+// on the CPU's half type is a naive loop (a ConvNeXt step under --amp: 90 s). In-place forms
+// take the normal path.
 static bool computed_in_float32(const c10::FunctionSchema& schema) {
   static const std::unordered_set<std::string> ops = {
       "aten::mm",  "aten::addmm", "aten::bmm", "aten::baddbmm",
       "aten::mv",  "aten::addmv", "aten::dot"};
-  return schema.overload_name().empty() && ops.count(schema.name()) > 0;
+  const auto& overload = schema.overload_name();
+  return (overload.empty() || overload == "out") && ops.count(schema.name()) > 0;
 }
 
 // ---------------------------------------------------------------------------- fallback
@@ -612,7 +616,7 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   const auto half = computed_in_float32(schema) ? half_arguments(given) : c10::nullopt;
   // out= arguments: the kernel writes through a host alias of the card's memory, which it
   // may restride but not grow. One it must grow ("... is not resizable") gets a host copy,
-  // written back below, as does each one of a call computed in float32.
+  // written back below; in a call computed in float32, a float32 copy, rounded back.
   std::vector<std::pair<size_t, at::Tensor>> outs;
   auto push_arguments = [&](bool copy_outs) {
     outs.clear();
@@ -622,7 +626,11 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
       if (v.isTensor() && is_card(v.toTensor()) && args[i].kwarg_only() && alias &&
           alias->isWrite()) {
         auto host = host_alias(v.toTensor());
-        if (copy_outs || half) host = host.clone();
+        if (half) {
+          host = as_float32(host);
+        } else if (copy_outs) {
+          host = host.clone();
+        }
         outs.emplace_back(i, host);
         v = host;
       } else if (v.isDevice() && v.toDevice().type() == card->type()) {

@@ -59,6 +59,10 @@ for dtype in (torch.float16, torch.bfloat16):
         "linear_2d": lambda t: F.linear(t(a), t(lw), t(lb)),
         "linear_3d": lambda t: F.linear(t(ba), t(lw), t(lb)),
         "linear_no_bias": lambda t: F.linear(t(ba), t(lw)),
+        # out= forms (torch 1.10's structured mm sends a card's mm to mm.out)
+        "mm_out": lambda t: torch.mm(t(a), t(m), out=t(c)),
+        "addmm_out": lambda t: torch.addmm(t(c), t(a), t(m), out=t(c)),
+        "bmm_out": lambda t: torch.bmm(t(ba), t(bm), out=t(bc3)),
     }
     for case, fn in cases.items():
         got = fn(lambda t: t.to(D0))
