@@ -23,6 +23,11 @@ LATER_START = """
 """
 
 
+def printed_file(proc) -> str:
+    """The file a snippet printed last (the extension module it loaded)."""
+    return proc.stdout.strip().splitlines()[-1]
+
+
 @pytest.mark.long
 @pytest.mark.skipif(
     not TORCH_1,
@@ -43,7 +48,7 @@ def test_concurrent_first_build(tmp_path):
     assert glob.glob(str(ext_dir / "*" / "*.so")) == [so]
     assert all(r["before"] == 1 and r["after"] == 4 for r in results), results
     env = dict(TORCH_EXTENSIONS_DIR=str(ext_dir))
-    assert run_python(LATER_START, **env).stdout.strip().splitlines()[-1] == so
+    assert printed_file(run_python(LATER_START, **env)) == so
 
 
 def test_a_marked_build_loads_without_the_build_tools(tmp_path):
@@ -53,12 +58,12 @@ def test_a_marked_build_loads_without_the_build_tools(tmp_path):
     built = run_python(
         "from mmgcu.sim.build import load_extension; print(load_extension().__file__)"
     )
-    folder = os.path.dirname(built.stdout.strip().splitlines()[-1])
+    folder = os.path.dirname(printed_file(built))
     ext_dir = tmp_path / "torch_extensions"
     shutil.copytree(folder, str(ext_dir / os.path.basename(folder)))
     (so,) = glob.glob(str(ext_dir / "*" / "*.so"))
     env = dict(TORCH_EXTENSIONS_DIR=str(ext_dir))
-    assert run_python(LATER_START, **env).stdout.strip().splitlines()[-1] == so
+    assert printed_file(run_python(LATER_START, **env)) == so
     (mark,) = glob.glob(str(ext_dir / "*" / ".mmgcu-built"))
     os.remove(mark)  # an unfinished build: torch's load() again
     out = run_python(LATER_START, check=False, **env)

@@ -535,8 +535,8 @@ static c10::optional<at::ScalarType> dtype_of_same_shape(const at::Tensor& t,
   return c10::nullopt;
 }
 
-// Such an op, run again on float32 copies of its arguments (`given`, as the caller passed
-// them). In-place and out= results are rounded into the card tensors they name; other
+// An op on half arguments (a matrix product, or an op the CPU has no half kernel for) run on
+// float32 copies of its arguments (`given`, as the caller passed them). In-place and out= results are rounded into the card tensors they name; other
 // floating results are rounded to `half` on the card, or, where the arguments mix a half type
 // with float32 (`half` empty: batch norm's float32 weights and statistics), to the dtype of
 // the first argument of the same shape (the output like the input, the statistics float32).
@@ -614,9 +614,14 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   const size_t first = stack->size() - args.size();
   std::vector<c10::IValue> given(stack->begin() + first, stack->end());
   const auto half = computed_in_float32(schema) ? half_arguments(given) : c10::nullopt;
+  if (half) {  // a matrix product on a half type: in float32, rounded to it
+    stack->erase(stack->begin() + first, stack->end());
+    run_in_float32(op, stack, given, *card, half);
+    return;
+  }
   // out= arguments: the kernel writes through a host alias of the card's memory, which it
   // may restride but not grow. One it must grow ("... is not resizable") gets a host copy,
-  // written back below; in a call computed in float32, a float32 copy, rounded back.
+  // written back below.
   std::vector<std::pair<size_t, at::Tensor>> outs;
   auto push_arguments = [&](bool copy_outs) {
     outs.clear();
@@ -626,19 +631,11 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
       if (v.isTensor() && is_card(v.toTensor()) && args[i].kwarg_only() && alias &&
           alias->isWrite()) {
         auto host = host_alias(v.toTensor());
-        if (half) {
-          host = as_float32(host);
-        } else if (copy_outs) {
-          host = host.clone();
-        }
+        if (copy_outs) host = host.clone();
         outs.emplace_back(i, host);
         v = host;
       } else if (v.isDevice() && v.toDevice().type() == card->type()) {
         v = c10::IValue(c10::Device(c10::DeviceType::CPU));
-      } else if (half) {
-        v = map_tensors(v, [](const at::Tensor& t) {
-          return is_card(t) ? as_float32(host_alias(t)) : as_float32(t);
-        });
       } else {
         v = map_tensors(v, [](const at::Tensor& t) { return is_card(t) ? host_alias(t) : t; });
       }
@@ -700,7 +697,7 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
         v = onto_card(view_t, *card);
       }
     } else {
-      v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, *card, half); });
+      v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, *card); });
     }
   }
 }
