@@ -240,7 +240,8 @@ def own_store_server(tg, torch):
     timeout = datetime.timedelta(seconds=20)
     dist.init_process_group("gloo", timeout=timeout)
     raises(Exception, tg.distributed.init_process_group, "eccl", timeout=timeout)
-    url = f"tcp://127.0.0.1:{port + 1}?rank=0&world_size=1"
+    # another free port (port + 1 may be taken by then: a gloo pair of a parallel test)
+    url = f"tcp://127.0.0.1:{_free_port()}?rank=0&world_size=1"
     tg.distributed.init_process_group("eccl", init_method=url, timeout=timeout)
     assert tg.distributed.get_world_size() == 1
 
