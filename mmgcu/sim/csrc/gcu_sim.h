@@ -536,7 +536,8 @@ static c10::optional<at::ScalarType> dtype_of_same_shape(const at::Tensor& t,
 }
 
 // An op on half arguments (a matrix product, or an op the CPU has no half kernel for) run on
-// float32 copies of its arguments (`given`, as the caller passed them). In-place and out= results are rounded into the card tensors they name; other
+// float32 copies of its arguments (`given`, as the caller passed them). In-place and out=
+// results are rounded into the card tensors they name; other
 // floating results are rounded to `half` on the card, or, where the arguments mix a half type
 // with float32 (`half` empty: batch norm's float32 weights and statistics), to the dtype of
 // the first argument of the same shape (the output like the input, the statistics float32).
