@@ -254,8 +254,7 @@ def worker_env(env: Dict[str, str]) -> Dict[str, str]:
     In a checkout (not an installed mmgcu) its root goes first on PYTHONPATH, so that
     ``custom_imports=['mmgcu']`` imports this mmgcu. OMP and MKL get the one thread per
     process that mmengine sets for every distributed run anyway (and torchrun for OMP),
-    without the notice each of them prints (mmengine once per rank). On simulated cards
-    the host heap keeps freed memory as a card does (``cards.SIMULATED_HEAP_ENV``).
+    without the notice each of them prints (mmengine once per rank).
     """
     env = dict(env)
     if osp.isfile(osp.join(PACKAGE_PARENT, "setup.py")):
@@ -263,9 +262,6 @@ def worker_env(env: Dict[str, str]) -> Dict[str, str]:
         env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + rest if rest else "")
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", env["OMP_NUM_THREADS"])
-    if env.get(_cards.SIMULATE_ENV):
-        for name, value in _cards.SIMULATED_HEAP_ENV.items():
-            env.setdefault(name, value)
     return env
 
 

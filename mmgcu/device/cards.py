@@ -26,19 +26,6 @@ SIMULATE_ENV = "MMGCU_SIMULATE"
 #: release runs, and the cards of one server. The T20 runs torch_gcu 1.x (TopsRider 2.x);
 #: torch_gcu 2.x is the S60's (TopsRider 3.x).
 HARDWARE = {"t20": ("gcu1", 8), "s60": ("gcu2", 8)}
-#: glibc's heap settings for the ranks of a job on simulated cards (the user's own win).
-#: Card memory is host memory there. torch_gcu 2.x keeps what it frees for the next step (a
-#: caching allocator: ``torch.gcu.empty_cache``, ``memory_stats``); the 1.x source shows no
-#: allocator beyond ``get_hbm_alloc_size``, so there this is only the simulator's speed.
-#: glibc by default maps each block over its threshold (128 KB, rising to 32 MB) on its own
-#: and unmaps it when freed, so every step's large tensors were faulted in and zeroed again,
-#: page by page (a 2-card LRASPP rehearsal: 20 million page faults and 67 s of system
-#: time in 92 s). One heap, never trimmed. Host memory only: no card behaviour changes.
-SIMULATED_HEAP_ENV = {
-    "MALLOC_ARENA_MAX": "1",
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
-}
 #: Other names users type for the two torch_gcu generations (``env_cfg.device``,
 #: ``mmgcu check --device``, ``MMGCU_SIMULATE_API``).
 GENERATION_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}

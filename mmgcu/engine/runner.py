@@ -15,7 +15,8 @@ calls any of its methods:
 - :class:`~mmgcu.engine.fault_guard.FaultGuard`: locks, the watchdog, and how a failed
   run ends (``setup_env``, ``train``/``val``/``test``).
 
-Everything else is mmengine's.
+The config it keeps formats its text once (:class:`~mmgcu.engine.config.FormattedOnceConfig`);
+everything else is mmengine's.
 """
 
 import inspect
@@ -36,6 +37,7 @@ from ..device import select_accelerator
 from ..optim.wrappers import CardStep
 from ..runtime import excepthook
 from ..runtime.rank_warnings import show_library_warnings_on_rank_0
+from .config import FormattedOnceConfig
 from .fault_guard import FaultGuard
 from .hooks import GCUDevicePlacementHook
 from .hooks.watchdog import GCUWatchdogHook
@@ -89,7 +91,8 @@ class GCURunner(Runner):
         self.strategy = GCUStrategy(self.accelerator, self.counterparts, launcher)
         self.checkpoint_io = GCUCheckpointIO()
         self.guard = FaultGuard(self.accelerator, env_cfg, self.strategy.distributed)
-        super().__init__(*args, **kwargs)
+        given.arguments["cfg"] = FormattedOnceConfig.of(given.arguments["cfg"])
+        super().__init__(*given.args[1:], **given.kwargs)
 
     @property
     def card(self) -> int:
@@ -98,9 +101,12 @@ class GCURunner(Runner):
 
     def setup_env(self, env_cfg: dict) -> None:
         """This rank's card and the process groups first, then mmengine's set-up
-        (multiprocessing, timestamp broadcast, rlimit), then this rank's locks."""
+        (multiprocessing, timestamp broadcast, rlimit), then this rank's locks and the
+        config's text, formatted by rank 0 for all."""
         super().setup_env(self.strategy.setup(env_cfg))
         self.guard.start(self.rank, self.world_size, self.work_dir)
+        if self.world_size > 1 and isinstance(self.cfg, FormattedOnceConfig):
+            self.cfg.share_from_rank_0()  # before every rank logs it
 
     def set_randomness(self, seed, diff_rank_seed: bool = False, deterministic: bool = False):
         """mmengine's seeding, plus the cards' generators (torch_gcu 1.x needs its own)."""

@@ -85,7 +85,9 @@ def install(cards=None, api=None):
         raise ValueError(f"{ENV_CARDS}={cards}: simulate at least one card")
 
     from .build import load_extension
+    from .heap import keep_freed_memory
 
+    keep_freed_memory()
     state.ext = load_extension()
     state.cards = visible_cards(cards)
     state.ext.install(max(state.cards, 1))  # no visible card: the host has cards, none shown

@@ -86,7 +86,9 @@ DEPS += ["ninja", "-r", REQUIREMENTS[0], "-r", REQUIREMENTS[1]]
 
 def deps_stamp() -> str:
     """What the venv's dependencies were installed for: Python, torch, the pins."""
-    digest = hashlib.sha1(f"{sys.version} {TORCH} {DEPS}".encode())
+    # The requirement files by content, not by path: every clone of the checkout shares it.
+    pins = [osp.basename(d) if d in REQUIREMENTS else d for d in DEPS]
+    digest = hashlib.sha1(f"{sys.version} {TORCH} {pins}".encode())
     for path in REQUIREMENTS:
         with open(path, "rb") as f:
             digest.update(f.read())

@@ -423,3 +423,41 @@ def test_the_runner_read_scan_sees_each_form():
         "runner.card",
         "runner.guard",
     ]
+
+
+def test_a_run_formats_its_config_once(build, tmp_path, monkeypatch):
+    """mmengine formats the config (yapf) on each read: in __init__'s environment log,
+    RuntimeInfoHook, dump_config and each checkpoint. GCURunner's is formatted once."""
+    import mmengine.config.config as mm_config
+
+    calls = []
+    real = mm_config.FormatCode
+    monkeypatch.setattr(mm_config, "FormatCode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    runner = build()
+    runner.call_hook("before_run")
+    runner.dump_config()
+    runner.save_checkpoint(str(tmp_path), "iter_1.pth", save_optimizer=False)
+    meta = torch.load(str(tmp_path / "iter_1.pth"), map_location="cpu")["meta"]
+    assert meta["cfg"] == runner.cfg.pretty_text
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("differs", [False, True], ids=["same", "differs"])
+def test_rank_0_formats_the_config_for_every_rank(differs, tmp_path):
+    """Every rank logs the config (mmengine's __init__): rank 0 formats it for the ranks
+    whose config is the same as its own; a rank whose config differs formats its own."""
+    from tests.sim.helpers import run_ranks
+
+    script = os.path.join(os.path.dirname(__file__), "programs", "config_text.py")
+    env = dict(MMGCU_SIMULATE=2, WORK_DIR=str(tmp_path))
+    if differs:
+        env.update(CONFIG_NOTE_RANK="1")
+    ranks = run_ranks(script, **env)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["plain"] for r in ranks), ranks  # mmengine's text
+    if not differs:
+        assert [r["formatted"] for r in ranks] == [1, 0], ranks
+        assert ranks[0]["digest"] == ranks[1]["digest"]
+    else:
+        assert [r["formatted"] for r in ranks] == [1, 1], ranks
+        assert ranks[0]["digest"] != ranks[1]["digest"]

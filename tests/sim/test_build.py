@@ -2,6 +2,7 @@
 later starts load it without running the build tools."""
 
 import glob
+import json
 import os
 import shutil
 
@@ -20,6 +21,14 @@ LATER_START = """
     cpp.load = refuse
     from mmgcu.sim.build import load_extension
     print(load_extension().__file__)
+"""
+
+
+#: A later start that reports whether it imported torch's extension machinery.
+QUIET_START = """
+    import json, sys
+    from mmgcu.sim.build import load_extension
+    print(json.dumps([load_extension().__file__, "torch.utils.cpp_extension" in sys.modules]))
 """
 
 
@@ -68,3 +77,16 @@ def test_a_marked_build_loads_without_the_build_tools(tmp_path):
     os.remove(mark)  # an unfinished build: torch's load() again
     out = run_python(LATER_START, check=False, **env)
     assert out.returncode != 0 and "torch's load() was called" in out.stderr
+
+
+def test_a_marked_build_loads_without_torchs_extension_machinery(tmp_path):
+    """Importing torch.utils.cpp_extension (setuptools, hipify) cost every torch 1.10
+    process a quarter of a second: a marked build, in torch's default folder or in
+    TORCH_EXTENSIONS_DIR, is found without it."""
+    so, imported = json.loads(printed_file(run_python(QUIET_START)))
+    assert not imported, so
+    ext_dir = tmp_path / "torch_extensions"
+    folder = os.path.dirname(so)
+    shutil.copytree(folder, str(ext_dir / os.path.basename(folder)))
+    so, imported = json.loads(printed_file(run_python(QUIET_START, TORCH_EXTENSIONS_DIR=ext_dir)))
+    assert so.startswith(str(ext_dir)) and not imported
