@@ -102,7 +102,7 @@ def _built(build_dir: str, name: str):
 
 def _torch_build_dir(name: str) -> str:
     """Where torch's extension machinery keeps build ``name`` (``TORCH_EXTENSIONS_DIR``,
-    else ``<cache>/torch_extensions/py<XY>_<cpu|cuXY|rocmXY>``), worked out without
+    else ``<cache>/torch_extensions/py<XY><abiflags>_<cpu|cuXY|rocmXY>``), worked out without
     importing ``torch.utils.cpp_extension``: that import (setuptools, hipify's regexes)
     cost every torch 1.10 process 0.25 s. A guess that only finds a marked build: where
     it misses, :func:`load_extension` asks torch."""
@@ -118,6 +118,7 @@ def _torch_build_dir(name: str) -> str:
         else:
             accelerator = "cpu"
         python = f"py{sys.version_info.major}{sys.version_info.minor}"
+        python += getattr(sys, "abiflags", "")  # torch 2's rule; "" on a standard build
         root = osp.join(
             osp.realpath(osp.join(cache, "torch_extensions")), f"{python}_{accelerator}"
         )

@@ -10,10 +10,11 @@ there this is only the simulator's speed. Card memory is still counted per card
 (``csrc/gcu_sim.cpp``): peaks and the out-of-memory check do not change.
 
 Set by the simulator's install in each process (so a user's own ``torchrun``, ``mmgcu
-check`` and the tests' jobs get it too), with ``mallopt(3)``: one heap, no block mapped
-on its own, never trimmed below 2 GiB of free top. A setting the user made through
-glibc's environment (``MALLOC_ARENA_MAX``, ``GLIBC_TUNABLES=glibc.malloc.arena_max=...``)
-is left as glibc read it.
+check`` and the tests' jobs get it too), with ``mallopt(3)``: one heap for the threads
+that allocate from then on, no block mapped on its own, never trimmed. A user who set any
+of glibc's heap settings (``MALLOC_*``, ``GLIBC_TUNABLES=glibc.malloc.*``) gets none of
+these: setting one of them through ``mallopt`` also fixes glibc's mmap threshold, which
+would change what the user chose.
 """
 
 import ctypes
@@ -25,26 +26,29 @@ from typing import List
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
-_INT_MAX = 2**31 - 1  # mallopt takes an int: the largest trim threshold it can set
-#: (mallopt parameter, environment variable, glibc tunable, value)
+_NEVER = -1  # mallopt(3): "Setting M_TRIM_THRESHOLD to -1 disables trimming completely"
+#: (mallopt parameter, environment variable, value)
 SETTINGS = (
-    (_M_ARENA_MAX, "MALLOC_ARENA_MAX", "glibc.malloc.arena_max", 1),
-    (_M_MMAP_MAX, "MALLOC_MMAP_MAX_", "glibc.malloc.mmap_max", 0),
-    (_M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold", _INT_MAX),
+    (_M_ARENA_MAX, "MALLOC_ARENA_MAX", 1),
+    (_M_MMAP_MAX, "MALLOC_MMAP_MAX_", 0),
+    (_M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", _NEVER),
 )
 
 
 def users_settings(env=None) -> List[str]:
-    """The environment names of the heap settings the user made in ``env``."""
+    """glibc's heap settings the user made in ``env``: ``MALLOC_*`` variables and
+    ``glibc.malloc.*`` tunables."""
     env = os.environ if env is None else env
-    tunables = env.get("GLIBC_TUNABLES", "")
-    return [name for _, name, tunable, _ in SETTINGS if name in env or tunable + "=" in tunables]
+    named = sorted(name for name in env if name.startswith("MALLOC_"))
+    tunables = env.get("GLIBC_TUNABLES", "").split(":")
+    return named + [t.split("=")[0] for t in tunables if t.startswith("glibc.malloc.")]
 
 
 def keep_freed_memory() -> List[str]:
-    """Apply the settings the user did not make; return their environment names. Nothing
-    where the C library is not glibc (``mallopt`` missing, or refusing as musl's does)."""
-    if not sys.platform.startswith("linux"):
+    """Apply the settings unless the user made heap settings of their own; return the
+    environment names of those applied. Nothing where the C library is not glibc
+    (``mallopt`` missing, or refusing as musl's does)."""
+    if not sys.platform.startswith("linux") or users_settings():
         return []
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -52,9 +56,4 @@ def keep_freed_memory() -> List[str]:
         return []
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    skip = users_settings()
-    return [
-        name
-        for param, name, _, value in SETTINGS
-        if name not in skip and mallopt(param, value) == 1
-    ]
+    return [name for param, name, value in SETTINGS if mallopt(param, value) == 1]

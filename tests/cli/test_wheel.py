@@ -88,7 +88,8 @@ def deps_stamp() -> str:
     """What the venv's dependencies were installed for: Python, torch, the pins."""
     # The requirement files by content, not by path: every clone of the checkout shares it.
     pins = [osp.basename(d) if d in REQUIREMENTS else d for d in DEPS]
-    digest = hashlib.sha1(f"{sys.version} {TORCH} {pins}".encode())
+    python = osp.realpath(sys._base_executable)  # the venv's own interpreter links to it
+    digest = hashlib.sha1(f"{python} {sys.version} {TORCH} {pins}".encode())
     for path in REQUIREMENTS:
         with open(path, "rb") as f:
             digest.update(f.read())

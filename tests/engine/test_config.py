@@ -1,5 +1,7 @@
 """The runner's config: mmengine's text, formatted once for as long as it is unchanged."""
 
+import copy
+
 import mmengine.config.config as mm_config
 import pytest
 from mmengine.config import Config
@@ -53,10 +55,9 @@ def test_a_changed_config_is_formatted_again(formats):
     assert len(formats) == 3  # this config twice, the plain one once
 
 
-def test_a_copy_keeps_its_class_and_its_text():
-    import copy
-
+def test_a_copy_keeps_its_class_and_its_text(formats):
     cfg = FormattedOnceConfig.of(Config(CFG))
     text = cfg.pretty_text
-    copied = copy.deepcopy(cfg)
-    assert type(copied) is FormattedOnceConfig and copied.pretty_text == text
+    for copied in (copy.deepcopy(cfg), copy.copy(cfg)):
+        assert type(copied) is FormattedOnceConfig and copied.pretty_text == text
+    assert len(formats) == 1  # mmengine's Runner deep-copies its config: the text goes along

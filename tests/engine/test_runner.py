@@ -461,3 +461,17 @@ def test_rank_0_formats_the_config_for_every_rank(differs, tmp_path):
     else:
         assert [r["formatted"] for r in ranks] == [1, 1], ranks
         assert ranks[0]["digest"] != ranks[1]["digest"]
+
+
+def test_a_config_rank_0_cannot_format_stops_every_rank(tmp_path):
+    """mmengine raises SyntaxError for a config it cannot format: rank 0 raises it after
+    telling the other ranks, which format their own text and raise it too, instead of
+    waiting for rank 0's text until rank 0 exits (under srun without --kill-on-bad-exit,
+    until the collective times out: 30 min)."""
+    from tests.sim.helpers import run_ranks
+
+    script = os.path.join(os.path.dirname(__file__), "programs", "config_text.py")
+    env = dict(MMGCU_SIMULATE=2, WORK_DIR=str(tmp_path), CONFIG_UNFORMATTABLE=1)
+    ranks = run_ranks(script, timeout=120, **env)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all("Failed to format the config file" in r["error"] for r in ranks), ranks

@@ -83,6 +83,7 @@ def test_a_marked_build_loads_without_torchs_extension_machinery(tmp_path):
     """Importing torch.utils.cpp_extension (setuptools, hipify) cost every torch 1.10
     process a quarter of a second: a marked build, in torch's default folder or in
     TORCH_EXTENSIONS_DIR, is found without it."""
+    run_python("from mmgcu.sim.build import load_extension; load_extension()")  # built
     so, imported = json.loads(printed_file(run_python(QUIET_START)))
     assert not imported, so
     ext_dir = tmp_path / "torch_extensions"
