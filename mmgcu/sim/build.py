@@ -100,29 +100,28 @@ def _built(build_dir: str, name: str):
     return module
 
 
-def _torch_build_dir(name: str) -> str:
-    """Where torch's extension machinery keeps build ``name`` (``TORCH_EXTENSIONS_DIR``,
-    else ``<cache>/torch_extensions/py<XY><abiflags>_<cpu|cuXY|rocmXY>``), worked out without
+def extensions_root() -> str:
+    """Where torch's extension machinery keeps this interpreter's builds:
+    ``TORCH_EXTENSIONS_DIR``, else
+    ``<cache>/torch_extensions/py<XY><abiflags>_<cpu|cuXY|rocmXY>``. Worked out without
     importing ``torch.utils.cpp_extension``: that import (setuptools, hipify's regexes)
     cost every torch 1.10 process 0.25 s. A guess that only finds a marked build: where
     it misses, :func:`load_extension` asks torch."""
     import torch
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if not root:
-        cache = os.environ.get("XDG_CACHE_HOME") or osp.expanduser("~/.cache")
-        if torch.version.hip is not None:
-            accelerator = "rocm" + torch.version.hip.replace(".", "")
-        elif torch.version.cuda is not None:
-            accelerator = "cu" + torch.version.cuda.replace(".", "")
-        else:
-            accelerator = "cpu"
-        python = f"py{sys.version_info.major}{sys.version_info.minor}"
-        python += getattr(sys, "abiflags", "")  # torch 2's rule; "" on a standard build
-        root = osp.join(
-            osp.realpath(osp.join(cache, "torch_extensions")), f"{python}_{accelerator}"
-        )
-    return osp.join(root, name)
+    if root:
+        return root
+    cache = os.environ.get("XDG_CACHE_HOME") or osp.expanduser("~/.cache")
+    if torch.version.hip is not None:
+        accelerator = "rocm" + torch.version.hip.replace(".", "")
+    elif torch.version.cuda is not None:
+        accelerator = "cu" + torch.version.cuda.replace(".", "")
+    else:
+        accelerator = "cpu"
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    python += getattr(sys, "abiflags", "")  # torch 2's rule; "" on a standard build
+    return osp.join(osp.realpath(osp.join(cache, "torch_extensions")), f"{python}_{accelerator}")
 
 
 def load_extension(verbose: bool = False):
@@ -133,7 +132,7 @@ def load_extension(verbose: bool = False):
     with _env_bin_first_on_path():
         ninja = shutil.which("ninja") or ""
         name = build_key(source, torch.__version__, osp.realpath(ninja) if ninja else "")
-        module = _built(_torch_build_dir(name), name)
+        module = _built(osp.join(extensions_root(), name), name)
         if module is not None:
             return module
         from torch.utils.cpp_extension import _get_build_directory, load

@@ -19,6 +19,7 @@ import time
 import pytest
 
 import mmgcu.runtime.heartbeat as hb
+from mmgcu.sim.build import extensions_root
 from tests.conftest import REPO, clean_env, last_json, one_node, running
 from tests.e2e.conftest import (
     LEG_API,
@@ -261,26 +262,6 @@ def snapshot(roots):
     return files
 
 
-def extensions_dir():
-    """Where torch keeps this interpreter's JIT extensions (cpp_extension's own rule).
-
-    The run below gets it as TORCH_EXTENSIONS_DIR, so that moving HOME does not move it.
-    """
-    import torch
-    from torch.utils.cpp_extension import get_default_build_root
-
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return os.environ["TORCH_EXTENSIONS_DIR"]
-    if torch.version.hip is not None:
-        accelerator = "rocm" + torch.version.hip.replace(".", "")
-    elif torch.version.cuda is not None:
-        accelerator = "cu" + torch.version.cuda.replace(".", "")
-    else:
-        accelerator = "cpu"
-    python = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
-    return osp.join(get_default_build_root(), f"{python}_{accelerator}")
-
-
 def test_a_run_writes_only_its_work_dir_tmp_and_the_extension_cache(dataset, tmp_path):
     import importlib
 
@@ -292,7 +273,8 @@ def test_a_run_writes_only_its_work_dir_tmp_and_the_extension_cache(dataset, tmp
     for d in (home, tmp, cwd, traces):
         d.mkdir()
     work = str(tmp_path / "work")
-    extensions = extensions_dir()
+    # Given as TORCH_EXTENSIONS_DIR, so that moving HOME does not move it.
+    extensions = extensions_root()
     cfg = write_config(
         tmp_path / "cfg.py", dataset, train_cfg=dict(max_iters=2, val_interval=100), **NO_VAL
     )
