@@ -116,11 +116,12 @@ def free_port() -> int:
 
 def one_node() -> list:
     """torchrun's flags for a one-node job with a rendezvous of its own, as ``mmgcu train``
-    gives one (:func:`mmgcu.cli.launch.rendezvous`): torch 1.10's ``--standalone`` is always
-    localhost:29400, where jobs that run side by side (pytest-xdist's workers) would meet."""
-    from mmgcu.cli.launch import rendezvous
+    gives one (:func:`mmgcu.cli.launch.torchrun_flags`): torch 1.10's ``--standalone`` is
+    always localhost:29400, where jobs that run side by side (pytest-xdist's workers) would
+    meet."""
+    from mmgcu.cli.launch import torchrun_flags
 
-    return rendezvous({}, torch.__version__)
+    return torchrun_flags({}, torch.__version__)
 
 
 def last_json(stdout):

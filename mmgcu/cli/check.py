@@ -126,10 +126,10 @@ def run(args) -> int:
 
 def command(args, nproc: int, out: str, torch: Optional[str]) -> List[str]:
     """torchrun's command line for ``nproc`` workers writing to ``out``, for the torch
-    version ``torch``. A rendezvous of the check's own (:func:`launch.rendezvous`): torch
+    version ``torch``. A rendezvous of the check's own (:func:`launch.torchrun_flags`): torch
     1.x's ``--standalone`` is always localhost:29400, where a second check or a job on the
     node would meet this one."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", *launcher.rendezvous({}, torch)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *launcher.torchrun_flags({}, torch)]
     cmd += [f"--nproc_per_node={nproc}", "-m", worker.__name__, "--out", out]
     cmd += ["--steps", str(args.steps), "--device", args.device, "--timeout", str(args.timeout)]
     return cmd

@@ -12,15 +12,19 @@ import hashlib
 import inspect
 import os
 import subprocess
+import time
 import traceback
 from typing import Optional
 
+import mmengine
 import torch
 from mmengine.hooks import CheckpointHook, EmptyCacheHook
 from mmengine.logging import HistoryBuffer, MessageHub
-from mmengine.model import MMDistributedDataParallel
+from mmengine.model import MMDistributedDataParallel, is_model_wrapper
 from mmengine.model.utils import _BatchNormXd
 from mmengine.optim import OptimWrapper
+from mmengine.runner.checkpoint import weights_to_cpu
+from mmengine.utils import apply_to, get_git_hash
 
 from ..errors import GCUError
 
@@ -59,6 +63,14 @@ UPSTREAM = {
     ),
     "mmengine.hooks.EmptyCacheHook": (
         "acdd39cf486bfba6df5ee84397c0ba33c44ba0cd068d58793d6bfbb3595b4ab1"
+    ),
+    # runner_checkpoint mirrors the first, less its write (the second's local branch:
+    # torch.save of the whole checkpoint into an io.BytesIO, then to the file).
+    "mmengine.runner.Runner.save_checkpoint": (
+        "6d6aff0fa55c3d160898e28d993be0370d11e592ceba27e94b66ec22c2932356"
+    ),
+    "mmengine.runner.checkpoint.save_checkpoint": (
+        "7f60c6ca167fd4dd0a69600b525067f105ea97f1d80e8aa60022e88d4b90b1eb"
     ),
     # resume_needs_target, resume_from.
     "mmengine.runner.Runner.load_or_resume": (
@@ -254,6 +266,67 @@ def resume_needs_target(runner) -> bool:
 def resume_from(runner, checkpoint: str) -> None:
     """Make ``Runner.load_or_resume`` resume from ``checkpoint`` (its ``_load_from``)."""
     runner._load_from = checkpoint
+
+
+def runner_checkpoint(
+    runner, meta=None, save_optimizer=True, save_param_scheduler=True, by_epoch=True
+) -> dict:
+    """The checkpoint ``Runner.save_checkpoint`` writes, after its ``before_save_checkpoint``
+    hooks: that method's body less the file's path and the write, for a caller that writes
+    the file itself (mmengine's ``save_checkpoint`` first pickles it all into memory)."""
+    if meta is None:
+        meta = {}
+    elif not isinstance(meta, dict):
+        raise TypeError(f"meta should be a dict or None, but got {type(meta)}")
+    if by_epoch:
+        # save_checkpoint runs in after_train_epoch, before the epoch counter moves on
+        meta.setdefault("epoch", runner.epoch + 1)
+        meta.setdefault("iter", runner.iter)
+    else:
+        meta.setdefault("epoch", runner.epoch)
+        meta.setdefault("iter", runner.iter + 1)
+    meta.update(
+        cfg=runner.cfg.pretty_text,
+        seed=runner.seed,
+        experiment_name=runner.experiment_name,
+        time=time.strftime("%Y%m%d_%H%M%S", time.localtime()),
+        mmengine_version=mmengine.__version__ + get_git_hash(),
+    )
+    if hasattr(runner.train_dataloader.dataset, "metainfo"):
+        meta.update(dataset_meta=runner.train_dataloader.dataset.metainfo)
+    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+
+    def to_cpu(tree):
+        return apply_to(tree, lambda x: hasattr(x, "cpu"), lambda x: x.cpu())
+
+    checkpoint = {
+        "meta": meta,
+        "state_dict": weights_to_cpu(model.state_dict()),
+        "message_hub": to_cpu(runner.message_hub.state_dict()),
+    }
+    if save_optimizer:
+        if not isinstance(runner.optim_wrapper, OptimWrapper):
+            raise TypeError(
+                "self.optim_wrapper should be an `OptimWrapper` or `OptimWrapperDict` "
+                f"instance, but got {runner.optim_wrapper}"
+            )
+        checkpoint["optimizer"] = to_cpu(runner.optim_wrapper.state_dict())
+    if save_param_scheduler and runner.param_schedulers is None:
+        runner.logger.warning(
+            "`save_param_scheduler` is True but `self.param_schedulers` is None, so skip "
+            "saving parameter schedulers"
+        )
+        save_param_scheduler = False
+    if save_param_scheduler:
+        schedulers = runner.param_schedulers
+        if isinstance(schedulers, dict):
+            checkpoint["param_schedulers"] = {
+                name: [s.state_dict() for s in group] for name, group in schedulers.items()
+            }
+        else:
+            checkpoint["param_schedulers"] = [s.state_dict() for s in schedulers]
+    runner.call_hook("before_save_checkpoint", checkpoint=checkpoint)
+    return checkpoint
 
 
 # -- the message hub ----------------------------------------------------------------------

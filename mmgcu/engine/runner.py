@@ -31,7 +31,7 @@ from mmengine.runner import Runner
 from ..binding import CardBound
 from ..checkpoint.hooks import CPUCheckpointHook
 from ..checkpoint.io import GCUCheckpointIO
-from ..compat.mmengine import resume_from, resume_needs_target
+from ..compat.mmengine import resume_from, resume_needs_target, runner_checkpoint
 from ..counterparts import Counterparts
 from ..device import select_accelerator
 from ..optim.wrappers import CardStep
@@ -201,16 +201,39 @@ class GCURunner(Runner):
         with self.checkpoint_io.loading(filename):
             return super().load_checkpoint(filename, *args, **kwargs)
 
-    def save_checkpoint(self, out_dir, filename, *args, **kwargs):
-        """mmengine's checkpoint, written by rank 0 atomically; the other ranks wait for it
-        outside any collective, so a slow save cannot trip the collective timeout."""
+    def save_checkpoint(
+        self,
+        out_dir,
+        filename,
+        file_client_args=None,
+        save_optimizer=True,
+        save_param_scheduler=True,
+        meta=None,
+        by_epoch=True,
+        backend_args=None,
+    ):
+        """mmengine's checkpoint, written by rank 0 atomically (on a local disk straight
+        to the file, not first into memory); the other ranks wait for it outside any
+        collective, so a slow save cannot trip the collective timeout."""
         with self.guard.saving():
             if not is_main_process():
                 return
-            write = super().save_checkpoint
-            self.checkpoint_io.save(
-                lambda name: write(out_dir, name, *args, **kwargs), out_dir, filename
+            if file_client_args is None and self.checkpoint_io.writes_itself(out_dir, backend_args):
+                checkpoint = runner_checkpoint(
+                    self, meta, save_optimizer, save_param_scheduler, by_epoch
+                )
+                self.checkpoint_io.write(checkpoint, out_dir, filename)
+                return
+            options = dict(
+                file_client_args=file_client_args,
+                save_optimizer=save_optimizer,
+                save_param_scheduler=save_param_scheduler,
+                meta=meta,
+                by_epoch=by_epoch,
+                backend_args=backend_args,
             )
+            write = super().save_checkpoint
+            self.checkpoint_io.save(lambda name: write(out_dir, name, **options), out_dir, filename)
 
     # -- failures ----------------------------------------------------------------------
     def train(self) -> torch.nn.Module:

@@ -13,7 +13,9 @@ and what a rehearsal need not repeat:
 - ``scale='small'`` divides every crop, resize scale and sliding window by one factor, so
   the largest crop side is :data:`SMALL_SIDE`; backbones that build their position tables
   for an ``img_size`` (:data:`SIZED_BY_IMG_SIZE`) get it divided by the same factor, and
-  a layer that needs a least input (:data:`LEAST_SIDE`) stops the factor there.
+  a layer that needs a least input (:data:`LEAST_SIDE`) stops the factor there, with the
+  training crop at that least side on both axes (not the config's aspect: the crop's
+  longer side would cost time and prove nothing more).
 """
 
 import copy
@@ -99,21 +101,54 @@ def scale_factor(cfg, scale: str) -> Tuple[float, Optional[str]]:
     scale's."""
     if scale == "real":
         return 1.0, None
+    crop = crop_of(cfg)
+    factor, why = min(1.0, SMALL_SIDE / max(crop)), None
+    for side, window in least_sides(cfg):
+        least = min(1.0, side / min(crop))
+        if least > factor:
+            factor = least
+            what = f"the crop stops at {side} px a side" if least < 1.0 else None
+            why = f"{what or 'the crop is kept'}: {window} needs {side} px a side"
+    return factor, why
+
+
+def least_sides(cfg) -> List[Tuple[int, str]]:
+    """``(side, why)`` of each layer of the model in :data:`LEAST_SIDE`."""
     model = cfg.get("model", {})
     heads = model.get("decode_head") or {}
     parts = [model.get("backbone") or {}] + (list(heads) if isinstance(heads, list) else [heads])
-    crop = crop_of(cfg)
-    factor, why = min(1.0, SMALL_SIDE / max(crop)), None
-    for part in parts:
-        kind = kind_of(part)
-        if kind in LEAST_SIDE:
-            side, window = LEAST_SIDE[kind]
-            least = min(1.0, side / min(crop))
-            if least > factor:
-                factor = least
-                what = f"the crop's shorter side stays {side} px" if least < 1.0 else None
-                why = f"{what or 'the crop is kept'}: {window} needs {side} px a side"
-    return factor, why
+    return [LEAST_SIDE[kind_of(part)] for part in parts if kind_of(part) in LEAST_SIDE]
+
+
+def crop_limit(cfg, scale: str) -> Optional[int]:
+    """The longest side a training crop keeps at ``scale``: at the small scale
+    :data:`SMALL_SIDE`, or the least side a layer needs when that is more."""
+    if scale == "real":
+        return None
+    return max([SMALL_SIDE] + [side for side, _ in least_sides(cfg)])
+
+
+def limit_crops(node: Any, limit: int) -> Any:
+    """Every ``crop_size`` and pad ``size`` below ``node`` (a train pipeline, a data
+    preprocessor) at most ``limit`` px a side."""
+    if isinstance(node, dict):
+        return {
+            key: _limited(value, limit)
+            if key in ("crop_size", "size")
+            else limit_crops(value, limit)
+            for key, value in node.items()
+        }
+    if isinstance(node, (list, tuple)):
+        return type(node)(limit_crops(v, limit) for v in node)
+    return node
+
+
+def _limited(value, limit: int):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return min(value, limit)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_limited(v, limit) for v in value)
+    return value
 
 
 def _scaled(value, factor: float):
@@ -224,11 +259,17 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     factor, why = scale_factor(cfg, scale)
     if why:
         notes.append(f"scale small: {why}")
+    limit = crop_limit(cfg, scale)
     crop = tuple(round(c * factor) for c in crop_of(cfg))
+    if limit:
+        crop = _limited(crop, limit)
     side = image_side(cfg, factor)
     out = cfg.to_dict() if hasattr(cfg, "to_dict") else copy.deepcopy(dict(cfg))
     dropped: List[str] = []
     out["model"] = shrink_model(drop_missing_weights(out["model"], dropped), factor, notes)
+    if limit and out["model"].get("data_preprocessor"):
+        preprocessor = out["model"]["data_preprocessor"]
+        out["model"]["data_preprocessor"] = limit_crops(preprocessor, limit)
     if out.get("load_from") and not is_local(out["load_from"]):
         dropped.append(f"load_from = {out['load_from']!r}")
         out["load_from"] = None
@@ -244,6 +285,8 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
         loader = dict(loader)
         dataset = synthetic_dataset(loader["dataset"], data_root, SPLITS[name])
         loader["dataset"] = shrink(dataset, factor)
+        if limit and name == "train_dataloader":
+            loader["dataset"] = limit_crops(loader["dataset"], limit)
         loader.update(num_workers=0, persistent_workers=False)
         out[name] = loader
     loop = (out.get("train_cfg") or {}).get("type", "IterBasedTrainLoop")

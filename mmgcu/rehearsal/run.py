@@ -68,7 +68,7 @@ def _launch(
     env.pop("MMGCU_SIMULATE_API", None)
     env.pop("MMGCU_SIMULATE_NOTICE", None)  # each job's log says it is simulated
     command = [sys.executable, "-m", "torch.distributed.run"]
-    command += launch.rendezvous(env, launch.torch_version())
+    command += launch.torchrun_flags(env, launch.torch_version())
     command += [f"--nproc_per_node={cards}", *launch.train_script(env), config]
     command += ["--work-dir", work_dir, "--launcher", "pytorch", *extra]
     with open(log, "w") as f:

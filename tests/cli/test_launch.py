@@ -101,6 +101,19 @@ def test_one_node_on_torch_1_gets_a_rendezvous_of_its_own():
     assert launch.rendezvous({}, None)[0:2] == ["--nnodes=1", "--node_rank=0"]
 
 
+def test_torchrun_on_torch_1_looks_at_its_workers_as_often_as_torch_2():
+    """torch 1.10's agent looked every 5 s: a job returned up to 5 s after its workers had
+    ended. torch 1.10 reads the flag as this torch does (every T20-leg job passes it)."""
+    from torch.distributed.run import get_args_parser
+
+    flags = launch.torchrun_flags({}, "1.10.2")
+    assert flags[:3] == ["--nnodes=1", "--node_rank=0", "--master_addr=127.0.0.1"]
+    parsed = get_args_parser().parse_args([*flags, "--nproc_per_node=2", "train.py"])
+    torch_2 = get_args_parser().parse_args(["train.py"])  # this leg's torch 2.x
+    assert parsed.monitor_interval == torch_2.monitor_interval == launch.MONITOR_INTERVAL
+    assert launch.torchrun_flags({}, "2.13.0") == ["--standalone"]
+
+
 def test_a_port_another_job_listens_on_is_refused():
     with socket.socket() as taken:
         taken.bind(("", 0))

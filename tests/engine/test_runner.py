@@ -333,6 +333,85 @@ def test_rank_0_writes_atomically(build, tmp_path):
     assert "meta" in torch.load(str(tmp_path / "iter_4.pth"), map_location="cpu")
 
 
+def same(a, b) -> bool:
+    """Whether two loaded checkpoints (or parts) hold the same keys, values and tensors."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+class AddsWeights(Hook):
+    """Adds 32 MB of weights to each checkpoint (8 tensors), as an EMA hook adds its model."""
+
+    weights = {f"w{i}": torch.full((1 << 20,), float(i)) for i in range(8)}
+    nbytes = 8 * 4 * (1 << 20)
+
+    def before_save_checkpoint(self, runner, checkpoint):
+        checkpoint["ema_state_dict"] = dict(self.weights)
+
+
+def peak_python_memory(save) -> int:
+    """The most memory Python's allocator held for objects during ``save()`` (where an
+    ``io.BytesIO`` keeps its bytes; torch 1.10's torch.save also passes each storage through
+    it, one at a time; torch's tensors are not counted)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        save()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_checkpoint_is_mmengines_written_straight_to_its_file(build, tmp_path):
+    """Every key and tensor mmengine's Runner.save_checkpoint writes, with its hooks; but
+    torch.save writes to the file, where mmengine first pickles the checkpoint into an
+    io.BytesIO (a second copy in host memory: 4.6 GB of fresh pages for ViT-L's 2.4 GB)."""
+    runner = build(hooks=[AddsWeights()], param_scheduler=dict(type="MultiStepLR", milestones=[1]))
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.param_schedulers = runner.build_param_scheduler(runner.param_schedulers)
+    ours, stock = tmp_path / "gcu", tmp_path / "stock"  # neither exists yet
+
+    ours_peak = peak_python_memory(lambda: runner.save_checkpoint(str(ours), "iter_1.pth"))
+    stock_peak = peak_python_memory(
+        lambda: Runner.save_checkpoint(runner, str(stock), "iter_1.pth")
+    )
+
+    assert os.listdir(ours) == ["iter_1.pth"]
+    written = torch.load(str(ours / "iter_1.pth"), map_location="cpu")
+    expected = torch.load(str(stock / "iter_1.pth"), map_location="cpu")
+    assert {"state_dict", "optimizer", "param_schedulers", "ema_state_dict"} <= set(written)
+    assert written["meta"].pop("time") and expected["meta"].pop("time")
+    assert same(written, expected)
+    assert stock_peak > AddsWeights.nbytes > 4 * ours_peak, (stock_peak, ours_peak)
+
+
+@pytest.mark.parametrize("asked", ["file_client_args", "backend_args"])
+def test_a_checkpoint_for_another_backend_is_written_by_mmengine(build, tmp_path, asked):
+    """Options that name a file backend (the deprecated file_client_args, or backend_args
+    for another backend) keep mmengine's save, which writes through that backend."""
+    runner = build()
+    options = dict(file_client_args=dict(backend="local"))
+    if asked == "backend_args":
+        options = dict(backend_args=dict(backend="http"))
+    written = []
+
+    def stock_save(runner, out_dir, name, **kwargs):
+        written.append(kwargs)
+        open(os.path.join(out_dir, name), "wb").close()
+
+    with mock.patch.object(Runner, "save_checkpoint", stock_save):
+        runner.save_checkpoint(str(tmp_path), "iter_1.pth", save_optimizer=False, **options)
+    assert len(written) == 1 and written[0][asked] == options[asked]
+    assert written[0]["save_optimizer"] is False
+    assert os.listdir(tmp_path) == ["iter_1.pth"]
+
+
 def test_resume_without_last_checkpoint_takes_the_newest_complete_one(build):
     first = build()
     first.save_checkpoint(

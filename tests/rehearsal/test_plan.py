@@ -83,12 +83,20 @@ def test_a_fixed_pooling_window_shrinks_the_crop_only_as_far_as_it_fits():
     """LRASPP's 49 x 49 window on stride-8 features fails below 392 px a side."""
     lraspp = stock_like()
     lraspp.model.decode_head = dict(type="LRASPPHead")
-    lraspp.model.data_preprocessor.size = (512, 1024)
+    lraspp.model.data_preprocessor.size = (512, 1024)  # Cityscapes' crop
+    pipeline = [dict(step) for step in PIPELINE]
+    pipeline[3]["crop_size"] = (512, 1024)
+    lraspp.train_dataloader.dataset.dataset.pipeline = pipeline
     out, changes = derive(lraspp, "/syn", iters=2, scale="small")
-    assert changes["crop"] == (392, 784)
-    assert out["model"]["data_preprocessor"]["size"] == (392, 784)
+    assert changes["crop"] == (392, 392)  # the least on both axes, not 392 x 784
+    assert out["model"]["data_preprocessor"]["size"] == (392, 392)
+    steps = {s["type"]: s for s in out["train_dataloader"]["dataset"]["dataset"]["pipeline"]}
+    assert steps["RandomCrop"]["crop_size"] == (392, 392)
+    # resize scales keep the factor that gives the crop's shorter side 392 px
+    assert steps["RandomResize"]["scale"] == (1568, 392)
+    assert out["model"]["test_cfg"]["crop_size"] == (392, 392)
     assert changes["notes"][0] == (
-        "scale small: the crop's shorter side stays 392 px: LRASPP's 49 x 49 pooling window "
+        "scale small: the crop stops at 392 px a side: LRASPP's 49 x 49 pooling window "
         "on stride-8 features needs 392 px a side"
     )
     lraspp.model.data_preprocessor.size = (256, 256)  # already below it: kept
