@@ -84,7 +84,10 @@ def fix_for(message: str, card_ops: List[dict] = ()) -> Optional[str]:
 
 #: torchrun's prefix on a worker's lines (torch 2's ``[rank1]: ``).
 _RANK_PREFIX = re.compile(r"^\[(?:default)?(?:rank)?\d+\]:\s?")
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+# An exception's own line: its name alone, or with ': ' and the message. Not a name that
+# another rank's unmarked output cut short (torch 1.10, unbuffered ranks writing the same
+# log: "IndexError  File ...", then ": index 255 ..." on the next line).
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)(: |$)")
 
 
 def _by_rank(log: str) -> List[Tuple[str, str]]:

@@ -45,6 +45,23 @@ def test_first_error_follows_the_rank_whose_traceback_comes_first():
         ]
     )
     assert first_error(unmarked).startswith("IndexError: index 255 is out of bounds")
+    interleaved = "\n".join(  # torch 1.10: two ranks wrote the same traceback at once
+        [
+            "Traceback (most recent call last):",
+            "Traceback (most recent call last):",
+            "    label_weights = torch.stack([class_weight[cls] for cls in label",
+            'IndexError  File "cross_entropy_loss.py", line 66, in <listcomp>',
+            ": index 255 is out of bounds for dimension 0 with size 19",
+            "    label_weights = torch.stack([class_weight[cls] for cls in label",
+            "IndexError: index 255 is out of bounds for dimension 0 with size 19",
+        ]
+    )
+    assert first_error(interleaved) == (
+        "IndexError: index 255 is out of bounds for dimension 0 with size 19"
+    )
+    assert first_error("Traceback (most recent call last):\nKeyboardInterrupt\n") == (
+        "KeyboardInterrupt"
+    )
     warning = f"{NOTICE}\n\nUserWarning: something\nmmgcu: the watchdog says hi\n"
     assert first_error(warning) is None
 
