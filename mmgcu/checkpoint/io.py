@@ -31,12 +31,15 @@ class GCUCheckpointIO:
     def writes_itself(self, out_dir: str, backend_args: Optional[dict] = None) -> bool:
         """Whether :meth:`write` writes to ``out_dir``: a local disk (mmengine's
         ``LocalBackend`` for that folder); any other backend gets mmengine's bytes."""
-        return isinstance(get_file_backend(out_dir, backend_args=backend_args), LocalBackend)
+        # not a subclass: its own put would be bypassed
+        backend = get_file_backend(out_dir, backend_args=backend_args, enable_singleton=True)
+        return type(backend) is LocalBackend
 
     def write(self, checkpoint: dict, out_dir: str, filename: str) -> None:
         """torch.save ``checkpoint`` as ``out_dir/filename``, atomically, straight to the
         file (a local ``out_dir``: see :meth:`writes_itself`)."""
-        os.makedirs(out_dir, exist_ok=True)  # as mmengine's LocalBackend.put makes it
+        if out_dir:  # as mmengine's LocalBackend.put makes it ('': this folder)
+            os.makedirs(out_dir, exist_ok=True)
         save_atomically(
             lambda name: torch.save(checkpoint, osp.join(out_dir, name)), out_dir, filename
         )

@@ -87,7 +87,7 @@ _RANK_PREFIX = re.compile(r"^\[(?:default)?(?:rank)?\d+\]:\s?")
 # An exception's own line: its name alone, or with ': ' and the message. Not a name that
 # another rank's unmarked output cut short (torch 1.10, unbuffered ranks writing the same
 # log: "IndexError  File ...", then ": index 255 ..." on the next line).
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)(: |$)")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)(:\s|:$|$)")
 
 
 def _by_rank(log: str) -> List[Tuple[str, str]]:

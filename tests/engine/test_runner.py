@@ -345,10 +345,10 @@ def same(a, b) -> bool:
 
 
 class AddsWeights(Hook):
-    """Adds 32 MB of weights to each checkpoint (8 tensors), as an EMA hook adds its model."""
+    """Adds 32 MB of weights to each checkpoint (32 tensors), as an EMA hook adds its model."""
 
-    weights = {f"w{i}": torch.full((1 << 20,), float(i)) for i in range(8)}
-    nbytes = 8 * 4 * (1 << 20)
+    weights = {f"w{i}": torch.full((1 << 18,), float(i)) for i in range(32)}
+    nbytes = 32 * 4 * (1 << 18)
 
     def before_save_checkpoint(self, runner, checkpoint):
         checkpoint["ema_state_dict"] = dict(self.weights)
@@ -382,13 +382,20 @@ def test_a_checkpoint_is_mmengines_written_straight_to_its_file(build, tmp_path)
         lambda: Runner.save_checkpoint(runner, str(stock), "iter_1.pth")
     )
 
-    assert os.listdir(ours) == ["iter_1.pth"]
-    written = torch.load(str(ours / "iter_1.pth"), map_location="cpu")
-    expected = torch.load(str(stock / "iter_1.pth"), map_location="cpu")
-    assert {"state_dict", "optimizer", "param_schedulers", "ema_state_dict"} <= set(written)
-    assert written["meta"].pop("time") and expected["meta"].pop("time")
-    assert same(written, expected)
-    assert stock_peak > AddsWeights.nbytes > 4 * ours_peak, (stock_peak, ours_peak)
+    by_iter = dict(by_epoch=False, meta=dict(note="by iteration"), save_param_scheduler=False)
+    runner.save_checkpoint(str(ours), "iter_2.pth", **by_iter)
+    Runner.save_checkpoint(runner, str(stock), "iter_2.pth", **by_iter)
+
+    assert sorted(os.listdir(ours)) == ["iter_1.pth", "iter_2.pth"]
+    for name in ("iter_1.pth", "iter_2.pth"):
+        written = torch.load(str(ours / name), map_location="cpu")
+        expected = torch.load(str(stock / name), map_location="cpu")
+        assert {"state_dict", "optimizer", "ema_state_dict"} <= set(written)
+        assert ("param_schedulers" in written) == (name == "iter_1.pth")
+        assert written["meta"].pop("time") and expected["meta"].pop("time")
+        assert same(written, expected), name
+    assert written["meta"]["note"] == "by iteration" and written["meta"]["iter"] == 1
+    assert stock_peak > AddsWeights.nbytes > 8 * ours_peak, (stock_peak, ours_peak)
 
 
 @pytest.mark.parametrize("asked", ["file_client_args", "backend_args"])
