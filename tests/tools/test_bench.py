@@ -169,6 +169,20 @@ def _results():
     return dict(rehearsal=dict(apis=dict(gcu2=gcu2, gcu1=gcu1)), host_reads=hr)
 
 
+@pytest.mark.parametrize("api, cards", [("gcu2", "s60:2"), ("gcu1", "t20:2")])
+def test_rehearsal_knows_the_simulators_notice(api, cards, python):
+    """The section checks each run's log for the simulator's notice of its API: the notice
+    as this code prints it (the old baseline's 'SIMULATED (legacy API' aside)."""
+    notice = python(
+        "import mmgcu, torch_gcu",
+        MMGCU_SIMULATE=cards,
+        MMGCU_SIMULATE_API=api,
+        PYTHONPATH=REPO,
+    )
+    assert rehearsal.simulated_banner(api, old=False) in notice.stderr, notice.stderr
+    assert rehearsal.simulated_banner("legacy", old=True) == "SIMULATED (legacy API"
+
+
 def test_rehearsal_verdicts():
     gcu1 = _results()["rehearsal"]["apis"]["gcu1"]
     assert gcu1["median_wall_s"] == 41 and gcu1["baseline_median_s"] == 31

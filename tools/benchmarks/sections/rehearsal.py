@@ -39,6 +39,14 @@ def plan(runs, pairs, amp_runs):
     return rounds
 
 
+def simulated_banner(api: str, old: bool) -> str:
+    """What the simulator's notice says of ``api``: the old code names it (``legacy``); the
+    code now names the torch_gcu generation (``SIMULATED (T20: the torch_gcu 1.x API``)."""
+    if old:
+        return f"SIMULATED ({api} API"
+    return f"the torch_gcu {dict(gcu1='1.x', gcu2='2.x')[api]} API"
+
+
 def _one(h, api, variant, cfg, baseline, index):
     old = variant == "baseline"
     tree = baseline["tree"] if old else REPO
@@ -52,7 +60,7 @@ def _one(h, api, variant, cfg, baseline, index):
     code, wall, _, path = h.run(cmd, env, name, cwd=tree)
     with open(path) as f:
         text = f.read()
-    if code == 0 and f"SIMULATED ({sim_api} API" not in text:  # the old code says 'legacy'
+    if code == 0 and simulated_banner(sim_api, old) not in text:
         raise RuntimeError(f"{name}: not the simulated {sim_api} API of {tree}; see {path}")
     miou = re.findall(r"mIoU: ([0-9.]+)", text)
     result = dict(
