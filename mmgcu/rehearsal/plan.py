@@ -20,7 +20,7 @@ and what a rehearsal need not repeat:
 
 import copy
 import os.path as osp
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 #: The largest crop side at ``scale='small'``: a step in seconds on a CPU, and deep enough
 #: for an output stride of 32.
@@ -128,36 +128,49 @@ def crop_limit(cfg, scale: str) -> Optional[int]:
     return max([SMALL_SIDE] + [side for side, _ in least_sides(cfg)])
 
 
-def limit_crops(node: Any, limit: int) -> Any:
-    """Every ``crop_size`` and pad ``size`` below ``node`` (a train pipeline, a data
-    preprocessor) at most ``limit`` px a side."""
+def _each_side(value, side: Callable[[float], int]):
+    """A size (a number, a pair, or a list of pairs) with ``side`` applied to each side."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return side(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_each_side(v, side) for v in value)
+    return value
+
+
+def _sizes_below(node: Any, keys, side: Callable[[float], int]) -> Any:
+    """``node`` with ``side`` applied to every side of each size under one of ``keys``."""
     if isinstance(node, dict):
         return {
-            key: _limited(value, limit)
-            if key in ("crop_size", "size")
-            else limit_crops(value, limit)
+            key: _each_side(value, side) if key in keys else _sizes_below(value, keys, side)
             for key, value in node.items()
         }
     if isinstance(node, (list, tuple)):
-        return type(node)(limit_crops(v, limit) for v in node)
+        return type(node)(_sizes_below(v, keys, side) for v in node)
     return node
 
 
+def _at_most(limit: int) -> Callable[[float], int]:
+    return lambda side: min(side, limit)
+
+
+def _times(factor: float) -> Callable[[float], int]:
+    return lambda side: max(8, round(side * factor))
+
+
 def _limited(value, limit: int):
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return min(value, limit)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_limited(v, limit) for v in value)
-    return value
+    """A size at most ``limit`` px a side."""
+    return _each_side(value, _at_most(limit))
+
+
+def limit_crops(node: Any, limit: int) -> Any:
+    """Every ``crop_size`` and pad ``size`` below ``node`` (a train pipeline, a data
+    preprocessor) at most ``limit`` px a side."""
+    return _sizes_below(node, ("crop_size", "size"), _at_most(limit))
 
 
 def _scaled(value, factor: float):
     """A size (int, pair, or a list of pairs) multiplied by ``factor``, at least 8."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return max(8, round(value * factor))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_scaled(v, factor) for v in value)
-    return value
+    return _each_side(value, _times(factor))
 
 
 SIZE_KEYS = ("scale", "scales", "img_scale", "max_size", "crop_size", "size", "stride")
@@ -168,14 +181,7 @@ def shrink(node: Any, factor: float, keys=SIZE_KEYS) -> Any:
     (``node``: a pipeline, a data preprocessor or a ``test_cfg``)."""
     if factor == 1.0:
         return node
-    if isinstance(node, dict):
-        return {
-            key: _scaled(value, factor) if key in keys else shrink(value, factor, keys)
-            for key, value in node.items()
-        }
-    if isinstance(node, (list, tuple)):
-        return type(node)(shrink(v, factor, keys) for v in node)
-    return node
+    return _sizes_below(node, keys, _times(factor))
 
 
 def shrink_model(model: dict, factor: float, notes: List[str]) -> dict:
