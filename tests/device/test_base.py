@@ -14,8 +14,9 @@ class FakeDist:
     __name__ = "fake.distributed"
     ReduceOp = mock.Mock(SUM="sum-op")
 
-    def __init__(self, world=4):
+    def __init__(self, world=4, backend="fake-backend"):
         self.world = world
+        self.backend = backend
         self.calls = []
 
     def get_world_size(self, group=None):
@@ -23,11 +24,17 @@ class FakeDist:
         return self.world
 
     def get_backend(self, group=None):
-        return "fake-backend"
+        return self.backend
 
     def all_reduce(self, tensor, op, group=None):
         self.calls.append(("all_reduce", op, group))
         tensor.mul_(self.world)
+
+    def all_gather(self, parts, tensor, group=None):
+        """Rank r's tensor is (r + 1) times this one's."""
+        self.calls.append(("all_gather", len(parts), group))
+        for rank, part in enumerate(parts):
+            part.copy_(tensor * (rank + 1))
 
     def broadcast(self, tensor, src, group=None):
         self.calls.append(("broadcast", src, group))
@@ -99,6 +106,25 @@ def test_card_group_collectives_go_to_its_module_and_group():
         ("broadcast", 1, group),
         ("get_world_size", group),
     ]
+
+
+def test_small_sums_over_gloo_are_gathered_and_added_in_place():
+    dist, group = FakeDist(world=3, backend="gloo"), object()
+    card_group = CardGroup(dist, group)
+
+    small = torch.tensor([1.0, 2.0])
+    card_group.all_reduce(small)
+    assert small.tolist() == [6.0, 12.0]  # (1 + 2 + 3) times each value
+    assert ("all_gather", 3, group) in dist.calls
+
+    dist.calls.clear()
+    large = torch.ones(CardGroup.GLOO_GATHER_LIMIT + 1)
+    card_group.all_reduce(large)
+    assert [c for c in dist.calls if c[0] != "get_world_size"] == [("all_reduce", "sum-op", group)]
+    strided = torch.ones(4, 2).t()  # not contiguous: left to the all-reduce, as before
+    dist.calls.clear()
+    card_group.all_reduce(strided)
+    assert dist.calls == [("all_reduce", "sum-op", group)]
 
 
 def test_card_group_name_defaults_to_module_and_backend():

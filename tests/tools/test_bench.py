@@ -19,7 +19,7 @@ import bench  # noqa: E402
 import readme  # noqa: E402
 import report  # noqa: E402
 import sections  # noqa: E402
-from sections import host_reads, rehearsal  # noqa: E402
+from sections import host_reads, overhead, rehearsal  # noqa: E402
 
 
 def test_options_defaults_quick_and_old_names():
@@ -181,6 +181,24 @@ def test_rehearsal_knows_the_simulators_notice(api, cards, python):
     )
     assert rehearsal.simulated_banner(api, old=False) in notice.stderr, notice.stderr
     assert rehearsal.simulated_banner("legacy", old=True) == "SIMULATED (legacy API"
+
+
+def test_overhead_pairs_alternate_and_the_verdict_is_paired():
+    assert [overhead.pair_order(p) for p in range(4)] == ["AB", "BA", "AB", "BA"]
+
+    def run(med):
+        return dict(median_s=med, min_s=med * 0.9)
+
+    # every A run 0.5 % dearer than the B run next to it, while the machine slows 10 % a pair
+    b = [0.020, 0.022, 0.024, 0.026]
+    runs = dict(A=[run(x * 1.005) for x in b], B=[run(x) for x in b])
+    out = overhead.ratios(runs, 10, 2)
+    assert out["ratio_A_over_B"] == pytest.approx(1.005) and out["passed"] is True
+    assert out["unpaired_ratio_A_over_B"] == pytest.approx(1.005)
+    runs["A"][1] = run(b[1] * 1.2)  # one pair disturbed does not move the median past 1.01
+    assert overhead.ratios(runs, 10, 2)["ratio_A_over_B"] == pytest.approx(1.005)
+    runs["A"] = [run(x * 1.02) for x in b]
+    assert overhead.ratios(runs, 10, 2)["passed"] is False
 
 
 def test_rehearsal_verdicts():

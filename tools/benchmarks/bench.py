@@ -80,17 +80,23 @@ def _general(p):
 
 def _overhead_and_startup(p):
     g = p.add_argument_group("1 overhead")
-    g.add_argument("--overhead-pairs", type=int, default=5, help="A B pairs (processes x2)")
-    g.add_argument("--overhead-iters", type=int, default=200, help="iterations per run")
+    g.add_argument("--overhead-pairs", type=int, default=12, help="A B pairs (processes x2)")
+    g.add_argument("--overhead-iters", type=int, default=150, help="iterations per run")
+    g.add_argument(
+        "--overhead-apart",
+        action="store_true",
+        help="run a pair's A and B one after the other (default: at the same time, where "
+        "there is a CPU for each)",
+    )
     g.add_argument("--overhead-warmup", type=int, default=5, help="first iterations dropped")
     g.add_argument("--overhead-size", type=int, default=128, help="synthetic image side")
     g.add_argument(
         "--overhead-sim-runs",
         type=int,
-        default=6,  # one pair's ratio spreads 0.97-1.07 on 2 cores: the median needs several
+        default=12,
         help="simulated-card A B pairs (0: none)",
     )
-    g.add_argument("--overhead-sim-iters", type=int, default=100, help="their iterations")
+    g.add_argument("--overhead-sim-iters", type=int, default=150, help="their iterations")
     g = p.add_argument_group("2 start-up")
     g.add_argument("--import-repeats", type=int, default=5, help="fresh interpreters per variant")
     g.add_argument("--launch-runs", type=int, default=3, help="tools/train.py runs per variant")

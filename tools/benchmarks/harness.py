@@ -111,6 +111,7 @@ class Harness:
         self.compile_run = None
         self.prebuild_s = None
         self.counter = 0
+        self._counting = threading.Lock()  # run() may be called from two threads at once
         self.last_cpu_s = None  # user + sys s of the last run() and all its descendants
         self._datasets = {}
         self._baselines = {}
@@ -132,9 +133,11 @@ class Harness:
 
     def run(self, cmd, env, name, marker=None, timeout=None, cwd=REPO):
         """Run ``cmd``; return (exit code, wall s, s until ``marker`` was printed, log path)."""
-        self.counter += 1
+        with self._counting:
+            self.counter += 1
+            number = self.counter
         os.makedirs(osp.join(self.root, "logs"), exist_ok=True)
-        path = osp.join(self.root, "logs", f"{self.counter:03d}-{name}.log")
+        path = osp.join(self.root, "logs", f"{number:03d}-{name}.log")
         limit = timeout or self.args.timeout
         cpu = _children_cpu_s()
         start = time.perf_counter()

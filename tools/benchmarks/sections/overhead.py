@@ -2,7 +2,7 @@
 
 The same mmseg job (the tiny config on a synthetic dataset, no validation, no checkpoint,
 one process, fixed seed and thread count) runs as separate processes of mmseg's stock
-``tools/train.py``, interleaved A B A B ... Iterations are timed by mmengine's own
+``tools/train.py``, in A/B pairs. Iterations are timed by mmengine's own
 ``IterTimerHook`` (the per-iteration ``time`` in ``vis_data/scalars.json``,
 ``log_processor.window_size=1``, a log line every iteration). Two sets of pairs:
 
@@ -12,16 +12,26 @@ one process, fixed seed and thread count) runs as separate processes of mmseg's 
   ``StockRunnerOnCard`` (``stock_on_card.py``: stock ``Runner``, its model moved to
   ``gcu:0``, stock wrappers and logging).
 
-Target: median(A) / median(B) <= 1.01 for each set, by the medians of the runs' median
-iteration times; the ratio of the runs' fastest iterations is reported beside it.
+Each pair's ratio is A's median iteration time over B's. On a shared 2-core VM a run's median
+moves by about 5 % from one run to the next (the same config, one run after the other), far
+more than the 1 % asked for. So by default (where the machine has a CPU for each of the two)
+A and B of a pair run at the same time, one process each, and see the same machine: an A/A
+pair of the stock job then mostly agrees within 1 %, and the median of the pairs' ratios sets
+aside a pair that a neighbour on the host disturbed (0.92 or 1.04 in an A/A pair). With
+``--overhead-apart`` they run one after the other, A B then B A by turns, so that a linear
+drift favours neither side. Target: the median of the pair ratios <= 1.01 for each set. The
+ratio of all A runs' median to all B runs' median, which does not pair them, and the ratio of
+the runs' fastest iterations are reported beside it.
 """
 
 import glob
 import json
+import os
 import os.path as osp
 import re
 import shutil
 import statistics
+import threading
 
 from harness import HERE, log, median, spread_pct
 
@@ -74,20 +84,65 @@ def iteration_times(h, cfg, name, simulate=None, placed_on="cpu"):
     return dict(median_s=statistics.median(kept), min_s=min(kept), iter_s=times, process_s=wall)
 
 
+def pair_order(pair):
+    """A B for even pairs, B A for odd ones: a linear drift cancels over two pairs."""
+    return "AB" if pair % 2 == 0 else "BA"
+
+
+def together(h):
+    """Whether a pair's A and B run at the same time: asked for, and a CPU for each."""
+    return not h.args.overhead_apart and _usable_cpus() >= 2 * h.args.threads
+
+
+def _usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _pair(h, by_name, pair, at_once):
+    """One pair's runs, {variant: iteration_times(...)}, started in ``pair_order(pair)``."""
+    out, failed = {}, []
+
+    def one(variant):
+        name, cfg, simulate, placed = by_name[variant]
+        try:
+            out[variant] = iteration_times(h, cfg, f"{name}{pair}", simulate, placed)
+        except Exception as error:  # re-raised by the caller's thread
+            failed.append(error)
+
+    threads = [threading.Thread(target=one, args=(v,)) for v in pair_order(pair)]
+    for thread in threads:
+        thread.start()
+        if not at_once:
+            thread.join()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+    return out
+
+
 def _interleaved(h, variants, pairs, what):
-    """``pairs`` A B pairs of (name, config, simulate, placed_on) ``variants``."""
+    """``pairs`` pairs of (name, config, simulate, placed_on) ``variants`` A and B."""
     runs = {"A": [], "B": []}
+    by_name = dict(zip("AB", variants))
+    at_once = together(h)
+    how = "at the same time" if at_once else "one after the other"
     for pair in range(pairs):
-        for variant, (name, cfg, simulate, placed) in zip("AB", variants):
-            log(f"overhead: {what}, pair {pair + 1}/{pairs}, variant {variant}")
-            runs[variant].append(iteration_times(h, cfg, f"{name}{pair}", simulate, placed))
+        log(f"overhead: {what}, pair {pair + 1}/{pairs}, A and B {how}")
+        for variant, result in _pair(h, by_name, pair, at_once).items():
+            runs[variant].append(result)
     return runs
 
 
-def _ratios(runs, iters, warmup):
+def ratios(runs, iters, warmup):
+    """The paired ratio (median of A/B per pair) and the unpaired ones beside it."""
     med = {v: [r["median_s"] for r in runs[v]] for v in runs}
     low = {v: [r["min_s"] for r in runs[v]] for v in runs}
-    ratio = median(med["A"]) / median(med["B"])
+    pairs = [x / y for x, y in zip(med["A"], med["B"])]
+    ratio = median(pairs)
     return dict(
         iters=iters,
         warmup_dropped=warmup,
@@ -96,12 +151,13 @@ def _ratios(runs, iters, warmup):
         median_A_s=median(med["A"]),
         median_B_s=median(med["B"]),
         ratio_A_over_B=ratio,
+        unpaired_ratio_A_over_B=median(med["A"]) / median(med["B"]),
         min_A_s=min(low["A"]),
         min_B_s=min(low["B"]),
         min_ratio_A_over_B=min(low["A"]) / min(low["B"]),
-        pair_ratios=[x / y for x, y in zip(med["A"], med["B"])],
+        pair_ratios=pairs,
         spread_pct=dict(A=spread_pct(med["A"]), B=spread_pct(med["B"])),
-        target=f"ratio <= {RATIO_TARGET}",
+        target=f"median pair ratio <= {RATIO_TARGET}",
         passed=ratio <= RATIO_TARGET,
     )
 
@@ -114,8 +170,9 @@ def _simulated_card(h, data):
     )
     variants = [("overhead-simA", cfg_a, 1, "gcu:0"), ("overhead-simB", cfg_b, 1, None)]
     runs = _interleaved(h, variants, a.overhead_sim_runs, "1 simulated card (gcu2)")
-    out = _ratios(runs, a.overhead_sim_iters, a.overhead_warmup)
+    out = ratios(runs, a.overhead_sim_iters, a.overhead_warmup)
     out.update(
+        together=together(h),
         what="median iteration time (s), 1 process on 1 simulated card (torch_gcu 2.x)",
         A="GCURunner (GCUOptimWrapper, GCULogProcessor, CardMessageHub)",
         B="StockRunnerOnCard: stock Runner, OptimWrapper, LogProcessor; model on gcu:0",
@@ -129,13 +186,13 @@ def run(h):
     cfg_a = h.train_only("overhead_A_gcurunner", data, a.overhead_iters, "GCURunner", "cpu")
     cfg_b = h.train_only("overhead_B_runner", data, a.overhead_iters, "Runner", "cpu")
     variants = [("overhead-A", cfg_a, None, "cpu"), ("overhead-B", cfg_b, None, None)]
-    out = _ratios(_interleaved(h, variants, a.overhead_pairs, "CPU"), a.overhead_iters,
+    out = ratios(_interleaved(h, variants, a.overhead_pairs, "CPU"), a.overhead_iters,
                   a.overhead_warmup)  # fmt: skip
     out.update(
         what="median iteration time (s) of tools/train.py, 1 process, CPU, no torch_gcu",
         A="GCURunner (configs/_base_/gcu_runtime.py), env_cfg.device='cpu'",
         B="stock mmengine Runner + LogProcessor, same config otherwise",
-        order="A B per pair, pairs in sequence",
+        together=together(h),
         image_size=a.overhead_size,
         threads=a.threads,
     )
@@ -157,8 +214,10 @@ def _rows(o, where):
          "", ""),
         (f"iteration, GCURunner, {where} (median of {n} runs)", _ms(o["median_A_s"]), "ms", "",
          ""),
-        (f"ratio GCURunner / Runner, {where}", o["ratio_A_over_B"], "x", f"<= {RATIO_TARGET}",
-         verdict),
+        (f"ratio GCURunner / Runner, {where} (median of {n} pair ratios)", o["ratio_A_over_B"],
+         "x", f"<= {RATIO_TARGET}", verdict),
+        (f"  unpaired: median of A runs / median of B runs, {where}",
+         o["unpaired_ratio_A_over_B"], "x", "info", ""),
         (f"  by the fastest iteration, {where}", o["min_ratio_A_over_B"], "x", "info", ""),
         (f"  ratio per A/B pair, min..max, {where}", f"{min(pr):.3f}..{max(pr):.3f}", "x", "",
          ""),
