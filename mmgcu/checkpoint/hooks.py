@@ -27,6 +27,7 @@ from ..compat.mmengine import StepSaveCheckpointHook
 from ..counterparts import replaces
 from ..runtime.files import write_text_atomically
 from .files import LAST, batch_change_message, remove_partials
+from .io import local_folder
 from .plain import plain, restore_message_hub
 
 #: What the message hub (saved in every checkpoint) records about the global batch.
@@ -78,7 +79,7 @@ class GCUCheckpointHook(StepSaveCheckpointHook):
         _note_global_batch(runner)
 
     def _local(self) -> bool:
-        return "://" not in str(self.out_dir)
+        return local_folder(self.out_dir, self.backend_args)
 
     def save_step(self, runner, step, meta):
         if not self._local():  # a remote backend: its own write semantics

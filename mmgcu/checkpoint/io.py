@@ -25,15 +25,20 @@ from .files import load_problem, resume_target, save_atomically
 from .plain import mmengine_checkpoint_globals
 
 
+def local_folder(out_dir: str, backend_args: Optional[dict] = None) -> bool:
+    """Whether mmengine writes ``out_dir`` with its ``LocalBackend``: a folder on this disk,
+    where a file can be renamed. Not a subclass of it: its own ``put`` would be bypassed."""
+    backend = get_file_backend(out_dir, backend_args=backend_args, enable_singleton=True)
+    return type(backend) is LocalBackend
+
+
 class GCUCheckpointIO:
     """Checkpoint files of one run (stateless: each call names its files)."""
 
     def writes_itself(self, out_dir: str, backend_args: Optional[dict] = None) -> bool:
         """Whether :meth:`write` writes to ``out_dir``: a local disk (mmengine's
         ``LocalBackend`` for that folder); any other backend gets mmengine's bytes."""
-        # not a subclass: its own put would be bypassed
-        backend = get_file_backend(out_dir, backend_args=backend_args, enable_singleton=True)
-        return type(backend) is LocalBackend
+        return local_folder(out_dir, backend_args)
 
     def write(self, checkpoint: dict, out_dir: str, filename: str) -> None:
         """torch.save ``checkpoint`` as ``out_dir/filename``, atomically, straight to the
@@ -44,10 +49,16 @@ class GCUCheckpointIO:
             lambda name: torch.save(checkpoint, osp.join(out_dir, name)), out_dir, filename
         )
 
-    def save(self, write: Callable[[str], None], out_dir: str, filename: str) -> None:
+    def save(
+        self,
+        write: Callable[[str], None],
+        out_dir: str,
+        filename: str,
+        backend_args: Optional[dict] = None,
+    ) -> None:
         """Write ``out_dir/filename`` with ``write(name)`` (mmengine's save, given the name
-        to write to): atomically on a local disk."""
-        if "://" in str(out_dir):  # a remote backend: its own write semantics
+        to write to): atomically in a local folder (:func:`local_folder`)."""
+        if not local_folder(out_dir, backend_args):  # another backend: its own semantics
             write(filename)
             return
         save_atomically(write, out_dir, filename)

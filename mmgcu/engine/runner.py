@@ -233,7 +233,9 @@ class GCURunner(Runner):
                 backend_args=backend_args,
             )
             write = super().save_checkpoint
-            self.checkpoint_io.save(lambda name: write(out_dir, name, **options), out_dir, filename)
+            self.checkpoint_io.save(
+                lambda name: write(out_dir, name, **options), out_dir, filename, backend_args
+            )
 
     # -- failures ----------------------------------------------------------------------
     def train(self) -> torch.nn.Module:

@@ -47,10 +47,12 @@ def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["iter_4.pth"]  # the partial file is gone
 
 
-def test_a_remote_checkpoint_is_written_by_its_backend():
+def test_a_remote_checkpoint_is_written_by_its_backend(tmp_path):
     calls = []
-    GCUCheckpointIO().save(calls.append, "s3://bucket/work", "iter_4.pth")
-    assert calls == ["iter_4.pth"]
+    GCUCheckpointIO().save(calls.append, "http://host/work", "iter_4.pth")
+    # a folder name without a prefix, whose backend_args name another backend
+    GCUCheckpointIO().save(calls.append, str(tmp_path), "iter_8.pth", dict(backend="http"))
+    assert calls == ["iter_4.pth", "iter_8.pth"]  # not a partial name to rename
 
 
 def test_a_damaged_checkpoint_is_named(tmp_path):
