@@ -22,9 +22,10 @@ configs, the baseline checkout, timing helpers, the machine), ``sections/<name>.
 ``report.py`` (table, JSON) and ``readme.py`` (README.md's Performance rows). Children are
 files: ``import_time.py``, ``simcost.py``, ``sync_bn.py``, ``host_reads_probe.py`` (a hook).
 
-Defaults take about 20-25 minutes on a quiet 2-core machine; ``--quick`` is a smoke run
-(about 10 minutes, the compiles included). Run on a quiet machine: the 1-minute load
-average before and after each section is recorded, and a busy start is flagged.
+Defaults with ``--skip-compile`` took 12 minutes on a 2-core VM (2026-11-28); the compile
+measurement adds fresh builds of the simulator; ``--quick`` is a smoke run. Run on a quiet
+machine: the 1-minute load average before and after each section is recorded, and a busy
+start is flagged.
 
     python tools/benchmarks/bench.py [--quick] [--sections overhead,startup] [--out FILE]
 """

@@ -11,12 +11,13 @@ batch, ``N x C x H x W``), one training forward + backward of
   cost of its ordinary ops alone, what a card pays apart from the collectives,
 - ``torch_sync_bn``: ``torch.nn.SyncBatchNorm``'s algorithm and collectives over the same
   group (``torch_sync_bn.py``: torch's layer refuses CPU inputs), the peer,
-- ``all_reduce``: one gloo all-reduce of the forward's ``2C + 1`` float32 values,
+- ``all_reduce``: one gloo all-reduce of the forward's ``2C + 1`` float32 values (the
+  layer's card group sums a tensor this small over gloo by an all-gather instead),
 
 with :mod:`timeit` (``number`` calls per timing, ``repeat`` timings, the variants interleaved,
-the ranks lined up by a barrier before each timing), and counts the layer's all-reduces
-and their sizes for one call, and how far the two SyncBN layers' outputs and input gradients
-lie apart. Returns (and ``__main__`` prints) a dict: per shape the median milliseconds per
+the ranks lined up by a barrier before each timing), and counts the layer's sums over its
+card group and their sizes for one call, and how far the two SyncBN layers' outputs and input
+gradients lie apart. Returns (and ``__main__`` prints) a dict: per shape the median milliseconds per
 call of rank 0 and the slowest rank, ``gcu_sync_bn / torch_sync_bn``, ``/ bn``, the counts.
 On the CPU the gloo round trips dominate; on a card the local ops and ECCL's latency do.
 
