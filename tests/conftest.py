@@ -4,7 +4,6 @@ import atexit
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -108,10 +107,10 @@ def run_program(path, *args, timeout=300, check=True, **env):
 
 
 def free_port() -> int:
-    """A TCP port free on this host now (for MASTER_PORT)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on this host now (for MASTER_PORT), as mmgcu's launcher picks one."""
+    from mmgcu.runtime.ports import free_port as mmgcus
+
+    return mmgcus()
 
 
 def one_node() -> list:

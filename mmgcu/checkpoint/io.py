@@ -27,8 +27,12 @@ from .plain import mmengine_checkpoint_globals
 
 def local_folder(out_dir: str, backend_args: Optional[dict] = None) -> bool:
     """Whether mmengine writes ``out_dir`` with its ``LocalBackend``: a folder on this disk,
-    where a file can be renamed. Not a subclass of it: its own ``put`` would be bypassed."""
-    backend = get_file_backend(out_dir, backend_args=backend_args, enable_singleton=True)
+    where a file can be renamed. Not a subclass of it: its own ``put`` would be bypassed. A
+    prefix or backend name that only the deprecated ``FileClient`` knows is not one."""
+    try:
+        backend = get_file_backend(out_dir, backend_args=backend_args, enable_singleton=True)
+    except KeyError:  # not in mmengine's backend registry
+        return False
     return type(backend) is LocalBackend
 
 

@@ -58,10 +58,12 @@ def _load(name: str, path: str):
 if __package__:
     from .. import sim as _sim
     from ..device import cards as _cards
+    from ..runtime import ports as _ports
     from . import configs as _configs
     from . import preflight as _preflight
 else:  # run as a script by tools/dist_*.sh: no mmgcu package, no torch
     _cards = _load("_mmgcu_cards", osp.join(HERE, "..", "device", "cards.py"))
+    _ports = _load("_mmgcu_ports", osp.join(HERE, "..", "runtime", "ports.py"))
     _configs = _load("_mmgcu_configs", osp.join(HERE, "configs.py"))
     _preflight = _load("_mmgcu_preflight", osp.join(HERE, "preflight.py"))
     _sim = None  # nor a simulator that said anything
@@ -182,13 +184,6 @@ def torch_version() -> Optional[str]:
         return None
 
 
-def free_port() -> int:
-    """A TCP port free on this host now, for a rendezvous of this job's own."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def port_in_use(port: int) -> bool:
     """Whether a TCP port of this host has a listener (another job's store). A job that
     just ended (its connections in TIME_WAIT) does not count: the store reuses the address."""
@@ -225,7 +220,7 @@ def rendezvous(env: Dict[str, str], torch: Optional[str] = None) -> List[str]:
             "--nnodes=1",
             "--node_rank=0",
             "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
+            f"--master_port={_ports.free_port()}",
         ]
     if int(nnodes) > 1 and not env.get("MASTER_ADDR"):
         raise LaunchError(

@@ -41,12 +41,12 @@ ASSUMED (the source is silent; the strictest reading is taken):
 
 import datetime
 import os
-import socket
 from typing import Optional
 
 import torch
 
 from ..errors import GCUError
+from ..runtime.ports import free_port
 from .base import Accelerator, CardGroup, simulated
 
 #: ``env_cfg.gcu_jit_mode`` values; None picks ASYNC for several ranks, SAFEASYNC for one,
@@ -201,13 +201,7 @@ def eccl_init_method(dist) -> str:
     torch.distributed's gloo group), since MASTER_PORT is taken by torch.distributed's."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return "env://"
-    port = [_free_port() if dist.get_rank() == 0 else None]
+    port = [free_port() if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(port, src=0)
     addr, rank, world = os.environ["MASTER_ADDR"], dist.get_rank(), dist.get_world_size()
     return f"tcp://{addr}:{port[0]}?rank={rank}&world_size={world}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]

@@ -52,7 +52,9 @@ def test_a_remote_checkpoint_is_written_by_its_backend(tmp_path):
     GCUCheckpointIO().save(calls.append, "http://host/work", "iter_4.pth")
     # a folder name without a prefix, whose backend_args name another backend
     GCUCheckpointIO().save(calls.append, str(tmp_path), "iter_8.pth", dict(backend="http"))
-    assert calls == ["iter_4.pth", "iter_8.pth"]  # not a partial name to rename
+    # a prefix mmengine's backends do not know (the deprecated FileClient may)
+    GCUCheckpointIO().save(calls.append, "custom://team/work", "iter_9.pth")
+    assert calls == ["iter_4.pth", "iter_8.pth", "iter_9.pth"]  # not a partial name to rename
 
 
 def test_a_damaged_checkpoint_is_named(tmp_path):

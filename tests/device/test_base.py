@@ -24,6 +24,7 @@ class FakeDist:
         return self.world
 
     def get_backend(self, group=None):
+        self.calls.append(("get_backend", group))
         return self.backend
 
     def all_reduce(self, tensor, op, group=None):
@@ -102,6 +103,7 @@ def test_card_group_collectives_go_to_its_module_and_group():
     assert card_group.world_size == 4
     assert tensor.tolist() == [4.0, 4.0]  # summed in place
     assert dist.calls == [
+        ("get_backend", group),  # not gloo: the module's own all-reduce
         ("all_reduce", "sum-op", group),  # the module's own ReduceOp, not torch's
         ("broadcast", 1, group),
         ("get_world_size", group),
@@ -112,19 +114,22 @@ def test_small_sums_over_gloo_are_gathered_and_added_in_place():
     dist, group = FakeDist(world=3, backend="gloo"), object()
     card_group = CardGroup(dist, group)
 
-    small = torch.tensor([1.0, 2.0])
+    small = torch.tensor([1.0, 2.0], requires_grad=True)[:]  # a view in an autograd graph
     card_group.all_reduce(small)
     assert small.tolist() == [6.0, 12.0]  # (1 + 2 + 3) times each value
-    assert ("all_gather", 3, group) in dist.calls
+    assert ("all_gather", 3, group) in dist.calls and ("get_backend", group) in dist.calls
 
-    dist.calls.clear()
-    large = torch.ones(CardGroup.GLOO_GATHER_LIMIT + 1)
-    card_group.all_reduce(large)
-    assert [c for c in dist.calls if c[0] != "get_world_size"] == [("all_reduce", "sum-op", group)]
-    strided = torch.ones(4, 2).t()  # not contiguous: left to the all-reduce, as before
-    dist.calls.clear()
-    card_group.all_reduce(strided)
-    assert dist.calls == [("all_reduce", "sum-op", group)]
+    def collectives():
+        return [c for c in dist.calls if c[0] in ("all_gather", "all_reduce")]
+
+    for left_to_the_backend in (
+        torch.ones(CardGroup.GLOO_GATHER_LIMIT // 3 + 1),  # 3 ranks' copies would be too many
+        torch.ones(4, 2).t(),  # not contiguous
+        torch.ones(2).to_sparse(),
+    ):
+        dist.calls.clear()
+        card_group.all_reduce(left_to_the_backend)
+        assert collectives() == [("all_reduce", "sum-op", group)]
 
 
 def test_card_group_name_defaults_to_module_and_backend():

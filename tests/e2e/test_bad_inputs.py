@@ -216,7 +216,7 @@ class Result:
     ranks: list  # each rank's own stdout and stderr
     console: str  # everything, for failure messages
     elapsed: float
-    stopped: tuple = ()  # ranks torchrun's agent stopped after another rank had failed
+    stopped: tuple = ()  # ranks torchrun's agent stopped, still starting, at another's failure
 
 
 # torchrun's failure summary names each rank that exited on its own (torch 1.10 and 2.x):
@@ -224,12 +224,18 @@ class Result:
 FAILED_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)", re.M)
 
 
-def stopped_by_the_agent(console, ranks):
-    """The ranks the agent stopped: at a rank's failure it ends the others and lists only
-    the ranks that had failed. Monitoring every 0.1 s, it may stop a rank that was slow to
-    start before that rank reached the check. No rank when the summary lists none."""
+def stopped_while_starting(console, outputs):
+    """The ranks the agent stopped before they had started: at a rank's failure it ends the
+    others and lists only the ranks that had failed. Monitoring every 0.1 s (torch 2's
+    default, and mmgcu's flags on 1.10), it may stop a rank that was slow to start before
+    that rank reached the check. A rank that had logged through mmengine had started: it
+    must have reported (a rank that waits in a collective instead is a failure)."""
     failed = {int(m.group(1)) for m in FAILED_RANK.finditer(console)}
-    return tuple(r for r in range(ranks) if failed and r not in failed)
+    return tuple(
+        rank
+        for rank, out in enumerate(outputs)
+        if failed and rank not in failed and " - mmengine - " not in out
+    )
 
 
 def start(row, tmp_path, dataset, cfg_extra=None, script=None):
@@ -249,7 +255,7 @@ def start(row, tmp_path, dataset, cfg_extra=None, script=None):
     stopped = ()
     if row.launch == "torchrun":
         codes, ranks, console = under_torchrun(row, argv, env, str(tmp_path / "logs"))
-        stopped = stopped_by_the_agent(console, row.ranks)
+        stopped = stopped_while_starting(console, ranks)
     else:
         codes, ranks = by_hand(row, argv, env)
         console = "\n".join(ranks)

@@ -46,6 +46,7 @@ QUICK = dict(
     overhead_pairs=1,
     overhead_iters=12,
     overhead_warmup=3,
+    overhead_sim_runs=1,
     overhead_sim_iters=8,
     import_repeats=1,
     launch_runs=1,

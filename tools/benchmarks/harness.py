@@ -112,7 +112,9 @@ class Harness:
         self.prebuild_s = None
         self.counter = 0
         self._counting = threading.Lock()  # run() may be called from two threads at once
-        self.last_cpu_s = None  # user + sys s of the last run() and all its descendants
+        # user + sys s of the last run() and all its descendants (of every child waited for
+        # meanwhile: wrong while another thread's run() ends, so only sequential runs read it)
+        self.last_cpu_s = None
         self._datasets = {}
         self._baselines = {}
 

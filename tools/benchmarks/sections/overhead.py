@@ -15,7 +15,8 @@ one process, fixed seed and thread count) runs as separate processes of mmseg's 
 Each pair's ratio is A's median iteration time over B's. On a shared 2-core VM a run's median
 moves by about 5 % from one run to the next (the same config, one run after the other), far
 more than the 1 % asked for. So by default (where the machine has a CPU for each of the two)
-A and B of a pair run at the same time, one process each, and see the same machine: an A/A
+A and B of a pair run at the same time, one process each, and see the same machine (the
+kernel places them; pinning each to a CPU of its own made the pairs no tighter): an A/A
 pair of the stock job then mostly agrees within 1 %, and the median of the pairs' ratios sets
 aside a pair that a neighbour on the host disturbed (0.92 or 1.04 in an A/A pair). With
 ``--overhead-apart`` they run one after the other, A B then B A by turns, so that a linear
@@ -33,7 +34,7 @@ import shutil
 import statistics
 import threading
 
-from harness import HERE, log, median, spread_pct
+from harness import FIRST_ITER, HERE, log, median, spread_pct
 
 TITLE = "overhead"
 RATIO_TARGET = 1.01
@@ -72,7 +73,7 @@ def iteration_times(h, cfg, name, simulate=None, placed_on="cpu"):
     """Per-iteration times of one tools/train.py run (IterTimerHook via scalars.json)."""
     work = h.work_dir(name)
     cmd = [h.python, h.train_script(), cfg, "--work-dir", work]
-    code, wall, _, path = h.run(cmd, h.env(simulate=simulate, paths=[HERE]), name)
+    code, wall, first, path = h.run(cmd, h.env(simulate=simulate, paths=[HERE]), name, FIRST_ITER)
     h.check(code, path, f"tools/train.py ({name})")
     with open(path) as f:
         _check_variant(f.read(), name, placed_on, path)
@@ -81,7 +82,13 @@ def iteration_times(h, cfg, name, simulate=None, placed_on="cpu"):
     if not kept:
         raise RuntimeError(f"{name}: no iteration left after the warm-up")
     shutil.rmtree(work, ignore_errors=True)
-    return dict(median_s=statistics.median(kept), min_s=min(kept), iter_s=times, process_s=wall)
+    return dict(
+        median_s=statistics.median(kept),
+        min_s=min(kept),
+        iter_s=times,
+        process_s=wall,
+        first_iter_after_s=first,  # from the process's start: how far a pair's runs overlap
+    )
 
 
 def pair_order(pair):
@@ -119,8 +126,12 @@ def _pair(h, by_name, pair, at_once):
             thread.join()
     for thread in threads:
         thread.join()
+    for error in failed[1:]:
+        log(f"overhead: pair {pair + 1}, the other run failed too: {error!r}")
     if failed:
         raise failed[0]
+    if sorted(out) != ["A", "B"]:
+        raise RuntimeError(f"overhead: pair {pair + 1} has runs {sorted(out)} only")
     return out
 
 
@@ -156,6 +167,14 @@ def ratios(runs, iters, warmup):
         min_B_s=min(low["B"]),
         min_ratio_A_over_B=min(low["A"]) / min(low["B"]),
         pair_ratios=pairs,
+        # A's first logged iteration after B's, per pair (simultaneous pairs: the offset of
+        # their timed windows; B's run lasts about iters x its median)
+        first_iter_offsets_s=[
+            None
+            if a.get("first_iter_after_s") is None or b.get("first_iter_after_s") is None
+            else a["first_iter_after_s"] - b["first_iter_after_s"]
+            for a, b in zip(runs["A"], runs["B"])
+        ],
         spread_pct=dict(A=spread_pct(med["A"]), B=spread_pct(med["B"])),
         target=f"median pair ratio <= {RATIO_TARGET}",
         passed=ratio <= RATIO_TARGET,
