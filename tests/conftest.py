@@ -108,7 +108,7 @@ def run_program(path, *args, timeout=300, check=True, **env):
 
 def free_port() -> int:
     """A TCP port free on this host now (for MASTER_PORT), as mmgcu's launcher picks one."""
-    from mmgcu.runtime.ports import free_port as mmgcus
+    from mmgcu.device.ports import free_port as mmgcus
 
     return mmgcus()
 

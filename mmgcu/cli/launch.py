@@ -58,12 +58,12 @@ def _load(name: str, path: str):
 if __package__:
     from .. import sim as _sim
     from ..device import cards as _cards
-    from ..runtime import ports as _ports
+    from ..device import ports as _ports
     from . import configs as _configs
     from . import preflight as _preflight
 else:  # run as a script by tools/dist_*.sh: no mmgcu package, no torch
     _cards = _load("_mmgcu_cards", osp.join(HERE, "..", "device", "cards.py"))
-    _ports = _load("_mmgcu_ports", osp.join(HERE, "..", "runtime", "ports.py"))
+    _ports = _load("_mmgcu_ports", osp.join(HERE, "..", "device", "ports.py"))
     _configs = _load("_mmgcu_configs", osp.join(HERE, "configs.py"))
     _preflight = _load("_mmgcu_preflight", osp.join(HERE, "preflight.py"))
     _sim = None  # nor a simulator that said anything

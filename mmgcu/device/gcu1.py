@@ -46,8 +46,8 @@ from typing import Optional
 import torch
 
 from ..errors import GCUError
-from ..runtime.ports import free_port
 from .base import Accelerator, CardGroup, simulated
+from .ports import free_port
 
 #: ``env_cfg.gcu_jit_mode`` values; None picks ASYNC for several ranks, SAFEASYNC for one,
 #: as Enflame's own training scripts do.

@@ -2,7 +2,7 @@
 
 import socket
 
-from mmgcu.runtime import ports
+from mmgcu.device import ports
 
 
 def test_a_port_below_the_outgoing_range_that_a_store_can_listen_on():
