@@ -349,11 +349,16 @@ def _git(*args):
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
 
-def machine_info(python):
+def usable_cpus():
+    """The CPUs this process may run on (all of them where the OS cannot say)."""
     try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count()
+
+
+def machine_info(python):
+    usable = usable_cpus()
     return dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         platform=platform.platform(),

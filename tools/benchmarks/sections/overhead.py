@@ -27,14 +27,13 @@ the runs' fastest iterations are reported beside it.
 
 import glob
 import json
-import os
 import os.path as osp
 import re
 import shutil
 import statistics
 import threading
 
-from harness import FIRST_ITER, HERE, log, median, spread_pct
+from harness import FIRST_ITER, HERE, log, median, spread_pct, usable_cpus
 
 TITLE = "overhead"
 RATIO_TARGET = 1.01
@@ -98,14 +97,7 @@ def pair_order(pair):
 
 def together(h):
     """Whether a pair's A and B run at the same time: asked for, and a CPU for each."""
-    return not h.args.overhead_apart and _usable_cpus() >= 2 * h.args.threads
-
-
-def _usable_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return not h.args.overhead_apart and (usable_cpus() or 1) >= 2 * h.args.threads
 
 
 def _pair(h, by_name, pair, at_once):
