@@ -14,6 +14,9 @@ def test_collectives_and_ddp(api):
         card = f"{kind}:{rank}"
         assert out["card_sum"] == [card, [3.0] * 4], rank  # 1 + 2, in place, on the card
         assert out["view_sum"] == [0.0, 0.0, 3.0, 3.0, 3.0, 3.0, 0.0, 0.0], rank
+        assert out["big_sum"] == [3.0, 3.0], rank
+        assert out["max"] == [1.0, 5.0], rank
+        assert out["int_sum"] == ["torch.int32", [3, 3, 3]], rank
         assert out["cpu_sum"] == ["cpu", 12.0], rank
         assert out["devices"] == [card], rank
         assert out["ref_diff"] < 1e-5, rank

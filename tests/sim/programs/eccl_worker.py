@@ -51,6 +51,17 @@ view = base[2:6]
 view.fill_(float(rank + 1))
 card_dist.all_reduce(view, card_dist.ReduceOp.SUM, group=group)  # in place, under the view
 out["view_sum"] = [base[i].item() for i in range(8)]
+# Past the size the simulator sums by an all-gather, and ops other than a sum: the same
+# in-place results as ECCL's all-reduce; a small integer sum keeps its dtype.
+big = torch.full((1 << 15,), float(rank + 1)).to(card)
+card_dist.all_reduce(big, card_dist.ReduceOp.SUM, group=group)
+out["big_sum"] = [big.min().item(), big.max().item()]
+top = torch.tensor([float(rank), 5.0 - rank]).to(card)
+card_dist.all_reduce(top, card_dist.ReduceOp.MAX, group=group)
+out["max"] = [top[0].item(), top[1].item()]
+ints = torch.full((3,), rank + 1, dtype=torch.int32).to(card)
+card_dist.all_reduce(ints, card_dist.ReduceOp.SUM, group=group)
+out["int_sum"] = [str(ints.dtype), [ints[i].item() for i in range(3)]]
 cpu = torch.full((4,), float(rank + 1))
 dist.all_reduce(cpu)  # 2.x: the group's CPU route; 1.x: the gloo group
 out["cpu_sum"] = [str(cpu.device), cpu.sum().item()]

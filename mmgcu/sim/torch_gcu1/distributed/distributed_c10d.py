@@ -20,7 +20,7 @@ import torch
 import torch.distributed as _c10d  # the simulator's wire only
 from torch.distributed.constants import default_pg_timeout  # as in the 1.x source
 
-from ... import eccl_installed, state
+from ... import eccl_installed, state, wire
 from .rendezvous import register_rendezvous_handler, rendezvous  # noqa: F401 (exported)
 
 
@@ -89,9 +89,12 @@ class ProcessGroupECCL:
         getattr(self._gloo, method)(*args).wait()
 
     def allreduce(self, tensors, op: ReduceOp):
+        hosts = [self._host(t) for t in tensors]
+        if op is ReduceOp.SUM and wire.gathered_sum(self._gloo, hosts):
+            return _Work(tensors)
         opts = _c10d.AllreduceOptions()
         opts.reduceOp = getattr(_c10d.ReduceOp, op.name)
-        self._run("allreduce", [self._host(t) for t in tensors], opts)
+        self._run("allreduce", hosts, opts)
         return _Work(tensors)
 
     def broadcast(self, tensors, root: int):
