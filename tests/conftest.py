@@ -172,30 +172,31 @@ def dataset(tmp_path_factory):
     return root
 
 
+#: ``make demo``'s config: the tiny FCN learning the synthetic dataset in 40 iterations.
+DEMO = os.path.join(REPO, "configs", "tiny", "fcn_r18-tiny-d8_8xgcu-40it_synthetic-64x64.py")
+
+
 @pytest.fixture(scope="session")
 def eight_card_run(dataset, tmp_path_factory):
-    """``tools/dist_train.sh CFG`` without CARDS on a node of 8 simulated cards of this
-    leg's generation: the script counts the cards and starts stock ``tools/train.py`` under
-    torchrun on all 8 (the tiny config with the probe hook, 4 iterations, validation, a
-    checkpoint). One run for the tests of the script and of training on 8 cards; they are
-    ``one_worker("eight_card_run")``."""
-    from tests.e2e.conftest import LEG_API, write_config
+    """``tools/dist_train.sh CFG`` without CARDS on a T20 of 8 simulated cards (torch_gcu
+    1.x, ``MMGCU_SIMULATE=t20``): the script counts the cards and starts stock
+    ``tools/train.py`` under torchrun on all 8, with the probe hook. On the main leg it is
+    ``make demo``'s run (the demo config, 40 iterations), which the demo's test asserts on
+    too; the T20 leg, which leaves the demo's test out, trains the tiny config 4 iterations.
+    Both validate and save. One run for the tests of the script, of training on 8 cards and
+    of the demo; they are ``one_worker("eight_card_run")``. torch_gcu 2.x trains on 2 and 4
+    cards elsewhere, and ``mmgcu check`` runs its collectives on more."""
+    from tests.e2e.conftest import TINY, write_config
     from tests.tools.conftest import run_script
 
     tmp = tmp_path_factory.mktemp("eight_cards")
-    cfg = write_config(tmp / "cfg.py", dataset)
+    iters = 4 if TORCH_1 else 40
+    cfg = write_config(tmp / "cfg.py", dataset, base=TINY if TORCH_1 else DEMO)
     work = str(tmp / "work")
     code, out = run_script(
-        "dist_train.sh",
-        cfg,
-        "--work-dir",
-        work,
-        cwd=tmp,
-        timeout=600,
-        MMGCU_SIMULATE=8,
-        MMGCU_SIMULATE_API=LEG_API,
+        "dist_train.sh", cfg, "--work-dir", work, cwd=tmp, timeout=900, MMGCU_SIMULATE="t20"
     )
-    return dict(work=work, code=code, out=out)
+    return dict(work=work, code=code, out=out, api="gcu1", iters=iters)
 
 
 @pytest.fixture
