@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO, clean_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,3 +32,14 @@ def mmgcu(*args, timeout=120, fault=None, **env):
         timeout=timeout,
         cwd=REPO,
     )
+
+
+@pytest.fixture(scope="session")
+def wheel_install(tmp_path_factory):
+    """(bin folder of the venv with mmgcu from a wheel of this checkout, a work folder
+    outside the checkout), under the machine lock. Its tests are ``one_worker("wheel")``."""
+    from tests.cli import wheel
+
+    with wheel.machine_lock():
+        tmp = tmp_path_factory.mktemp("wheel")
+        yield wheel.make_venv(wheel.build_wheel(tmp), tmp), tmp
