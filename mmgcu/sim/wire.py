@@ -27,7 +27,7 @@ def gathered_sum(gloo, tensors: List[torch.Tensor]) -> bool:
     tensor = tensors[0]
     world_size = gloo.size()
     if (
-        tensor.dtype == torch.bool  # gloo sums no bools either way; its own error says so
+        tensor.dtype == torch.bool  # gloo's own all-reduce decides (torch 1.10's refuses it)
         or not tensor.is_contiguous()
         or tensor.numel() * world_size > GATHER_LIMIT
     ):

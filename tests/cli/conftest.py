@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, clean_env
+from tests.conftest import REPO, TORCH_1, clean_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "faults")
@@ -37,7 +37,13 @@ def mmgcu(*args, timeout=120, fault=None, **env):
 @pytest.fixture(scope="session")
 def wheel_install(tmp_path_factory):
     """(bin folder of the venv with mmgcu from a wheel of this checkout, a work folder
-    outside the checkout), under the machine lock. Its tests are ``one_worker("wheel")``."""
+    outside the checkout), under the machine lock until this worker's session ends (another
+    session's wheel tests wait for it). Its tests are ``one_worker("wheel")``."""
+    if TORCH_1:
+        pytest.skip(
+            "installs the torch 2.x CPU wheel of the main leg (the T20 leg installs mmgcu "
+            "with tools/install_t20.sh)"
+        )
     from tests.cli import wheel
 
     with wheel.machine_lock():

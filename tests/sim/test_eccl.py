@@ -17,6 +17,7 @@ def test_collectives_and_ddp(api):
         assert out["big_sum"] == [3.0, 3.0], rank
         assert out["max"] == [1.0, 5.0], rank
         assert out["int_sum"] == ["torch.int32", [3, 3, 3]], rank
+        assert out["half_sum"] == ["torch.float16", [1.5, 1.5, 1.5]], rank
         assert out["cpu_sum"] == ["cpu", 12.0], rank
         assert out["devices"] == [card], rank
         assert out["ref_diff"] < 1e-5, rank

@@ -49,7 +49,6 @@ def test_demo_learns_on_8_simulated_t20_cards(eight_card_run):
     (rank 0's), not once per card; then tools/plot_demo.py on its work folder."""
     out, work = eight_card_run["out"], eight_card_run["work"]
     assert eight_card_run["code"] == 0, out[-5000:]
-    assert eight_card_run["iters"] == 40, "the demo's run is the main leg's"
     assert out.count("torch_gcu is SIMULATED (T20: the torch_gcu 1.x API, xla:N") == 1
     assert "rank 7 on " in out and "xla:7" in out, out[-5000:]
     assert "UserWarning: The draw is" not in out

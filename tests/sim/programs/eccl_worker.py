@@ -62,6 +62,9 @@ out["max"] = [top[0].item(), top[1].item()]
 ints = torch.full((3,), rank + 1, dtype=torch.int32).to(card)
 card_dist.all_reduce(ints, card_dist.ReduceOp.SUM, group=group)
 out["int_sum"] = [str(ints.dtype), [ints[i].item() for i in range(3)]]
+halves = torch.full((3,), 0.5 * (rank + 1), dtype=torch.float16).to(card)
+card_dist.all_reduce(halves, card_dist.ReduceOp.SUM, group=group)
+out["half_sum"] = [str(halves.dtype), [halves[i].item() for i in range(3)]]
 cpu = torch.full((4,), float(rank + 1))
 dist.all_reduce(cpu)  # 2.x: the group's CPU route; 1.x: the gloo group
 out["cpu_sum"] = [str(cpu.device), cpu.sum().item()]
