@@ -184,8 +184,8 @@ def eight_card_run(dataset, tmp_path_factory):
     ``make demo``'s run (the demo config, 40 iterations), which the demo's test asserts on
     too; the T20 leg, which leaves the demo's test out, trains the tiny config 4 iterations.
     Both validate and save. One run for the tests of the script, of training on 8 cards and
-    of the demo; they are ``one_worker("eight_card_run")``. torch_gcu 2.x trains on 2 and 4
-    cards elsewhere, and ``mmgcu check`` runs its collectives on more."""
+    of the demo; they are ``one_worker("eight_card_run")``. torch_gcu 2.x trains on 2 cards
+    and on two nodes of two elsewhere."""
     from tests.e2e.conftest import TINY, write_config
     from tests.tools.conftest import run_script
 

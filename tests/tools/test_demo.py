@@ -45,8 +45,8 @@ def test_curves_from_logged_scalars(tmp_path):
 def test_demo_learns_on_8_simulated_t20_cards(eight_card_run):
     """make demo's command on the main leg's 8-card run (``eight_card_run``: the demo
     config, tools/dist_train.sh, ``MMGCU_SIMULATE=t20``: the T20's generation, torch_gcu
-    1.x, xla:N; the probe hook of the 8-card tests only records), each warning of mmseg once
-    (rank 0's), not once per card; then tools/plot_demo.py on its work folder."""
+    1.x, xla:N; the probe hook of the 8-card tests only records; test_train_8cards checks
+    its warnings come once, not once per card); then tools/plot_demo.py on its work folder."""
     out, work = eight_card_run["out"], eight_card_run["work"]
     assert eight_card_run["code"] == 0, out[-5000:]
     assert out.count("torch_gcu is SIMULATED (T20: the torch_gcu 1.x API, xla:N") == 1
