@@ -28,7 +28,7 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 	$(PY) mmgcu/sim/build.py
 	touch $(STAMP)
 
-# Both legs: the main environment (torch 2.x: everything) and the T20 stack's own
+# Both legs: the main environment (torch 2.x: everything), then the T20 stack's own
 # (Python 3.8, torch 1.10, simulated torch_gcu 1.x): the unit and simulator tests and the
 # end-to-end tests marked t20. Tests that need torch 2.x skip there, each with its reason.
 T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/configs -m "t20 or not e2e"
@@ -38,33 +38,9 @@ T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/config
 # is made once, not once per worker.
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
-# The legs run at the same time (TEST_APART=1: one after the other). Each is CPU-bound and
-# leaves the cores idle at times (its workers' start, processes that wait on each other,
-# its last long tests), which the other leg fills. The T20 leg, with T20_TEST_WORKERS
-# workers, writes to T20_LOG, shown when the main leg ends; Ctrl-C stops both (setsid: the
-# T20 leg and every process it starts are one process group).
-TEST_APART ?= 0
-T20_TEST_WORKERS ?= 2
-T20_LOG := work_dirs/test-t20.log
 test: install install-t20 lint
-ifeq ($(TEST_APART),1)
 	$(PY) -m pytest $(XDIST)
 	$(T20_PY) -m pytest $(XDIST) $(T20_TESTS)
-else
-	@mkdir -p $(dir $(T20_LOG))
-	@setsid $(T20_PY) -m pytest -n $(T20_TEST_WORKERS) --dist loadgroup $(T20_TESTS) \
-		>$(T20_LOG) 2>&1 </dev/null & t20=$$!; \
-	stop="kill -TERM -- -$$t20 2>/dev/null"; trap "$$stop" EXIT; trap "$$stop; exit 130" INT TERM; \
-	echo 'T20 leg, started alongside the main leg: $(T20_PY) -m pytest -n $(T20_TEST_WORKERS) --dist loadgroup $(T20_TESTS) >$(T20_LOG)'; \
-	echo '$(PY) -m pytest $(XDIST)'; \
-	$(PY) -m pytest $(XDIST); main=$$?; \
-	echo "Main leg: exit $$main. Waiting for the T20 leg ($(T20_LOG))."; \
-	wait $$t20; t20_rc=$$?; trap - EXIT INT TERM; \
-	echo "==================== T20 leg ($(T20_LOG))"; \
-	cat $(T20_LOG); \
-	echo "Main leg: exit $$main. T20 leg: exit $$t20_rc."; \
-	test $$main -eq 0 && test $$t20_rc -eq 0
-endif
 
 # Only the T20 stack's leg.
 test-t20: install-t20
