@@ -14,10 +14,14 @@ class FakeDist:
     __name__ = "fake.distributed"
     ReduceOp = mock.Mock(SUM="sum-op")
 
-    def __init__(self, world=4, backend="fake-backend"):
+    def __init__(self, world=4, backend="fake-backend", rank=0):
         self.world = world
         self.backend = backend
+        self.rank = rank
         self.calls = []
+
+    def get_rank(self, group=None):
+        return self.rank
 
     def get_world_size(self, group=None):
         self.calls.append(("get_world_size", group))
@@ -31,14 +35,17 @@ class FakeDist:
         self.calls.append(("all_reduce", op, group))
         tensor.mul_(self.world)
 
-    def all_gather(self, parts, tensor, group=None):
+    def gather(self, tensor, gather_list, dst, group=None):
         """Rank r's tensor is (r + 1) times this one's."""
-        self.calls.append(("all_gather", len(parts), group))
-        for rank, part in enumerate(parts):
+        self.calls.append(("gather", None if gather_list is None else len(gather_list), dst))
+        for rank, part in enumerate(gather_list or []):
             part.copy_(tensor * (rank + 1))
 
     def broadcast(self, tensor, src, group=None):
+        """Rank ``src`` holds 10 times this rank's values unless it is this rank."""
         self.calls.append(("broadcast", src, group))
+        if src != self.rank:
+            tensor.mul_(10)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +100,7 @@ def test_default_groups_are_torch_distributeds(monkeypatch):
 
 
 def test_card_group_collectives_go_to_its_module_and_group():
-    dist, group = FakeDist(world=4), object()
+    dist, group = FakeDist(world=4, backend="gloo"), object()
     card_group = CardGroup(dist, group, "fake eccl")
 
     tensor = torch.ones(2)
@@ -101,26 +108,33 @@ def test_card_group_collectives_go_to_its_module_and_group():
     card_group.broadcast(tensor, src=1)
 
     assert card_group.world_size == 4
-    assert tensor.tolist() == [4.0, 4.0]  # summed in place
+    assert tensor.tolist() == [40.0, 40.0]  # summed in place, then rank 1's (10 times)
     assert dist.calls == [
-        ("get_backend", group),  # not gloo: the module's own all-reduce
-        ("all_reduce", "sum-op", group),  # the module's own ReduceOp, not torch's
+        ("all_reduce", "sum-op", group),  # a group of its own: the module's own all-reduce
         ("broadcast", 1, group),
         ("get_world_size", group),
     ]
 
 
-def test_small_sums_over_gloo_are_gathered_and_added_in_place():
-    dist, group = FakeDist(world=3, backend="gloo"), object()
-    card_group = CardGroup(dist, group)
+def collectives(dist):
+    return [c[0] for c in dist.calls if c[0] in ("gather", "broadcast", "all_reduce")]
+
+
+def test_small_sums_over_gloo_go_through_rank_0_in_place():
+    dist = FakeDist(world=3, backend="gloo")
+    card_group = CardGroup(dist)
 
     small = torch.tensor([1.0, 2.0], requires_grad=True)[:]  # a view in an autograd graph
     card_group.all_reduce(small)
-    assert small.tolist() == [6.0, 12.0]  # (1 + 2 + 3) times each value
-    assert ("all_gather", 3, group) in dist.calls and ("get_backend", group) in dist.calls
+    assert small.tolist() == [6.0, 12.0]  # (1 + 2 + 3) times each value, rank 0's own
+    assert ("gather", 3, 0) in dist.calls and ("broadcast", 0, None) in dist.calls
+    assert collectives(dist) == ["gather", "broadcast"]
 
-    def collectives():
-        return [c for c in dist.calls if c[0] in ("all_gather", "all_reduce")]
+    dist.rank, dist.calls = 2, []  # another rank sends its part and takes rank 0's sum
+    other = torch.tensor([1.0, 2.0])
+    card_group.all_reduce(other)
+    assert other.tolist() == [10.0, 20.0]
+    assert ("gather", None, 0) in dist.calls
 
     for left_to_the_backend in (
         torch.ones(CardGroup.GLOO_GATHER_LIMIT // 3 + 1),  # 3 ranks' copies would be too many
@@ -129,7 +143,16 @@ def test_small_sums_over_gloo_are_gathered_and_added_in_place():
     ):
         dist.calls.clear()
         card_group.all_reduce(left_to_the_backend)
-        assert collectives() == [("all_reduce", "sum-op", group)]
+        assert collectives(dist) == ["all_reduce"]
+
+
+def test_other_backends_keep_their_own_all_reduce():
+    dist = FakeDist(world=2, backend="nccl")
+    card_group = CardGroup(dist)
+    tensor = torch.ones(2)
+    card_group.all_reduce(tensor)
+    assert tensor.tolist() == [2.0, 2.0]
+    assert collectives(dist) == ["all_reduce"] and ("get_backend", None) in dist.calls
 
 
 def test_card_group_name_defaults_to_module_and_backend():

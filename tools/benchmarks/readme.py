@@ -187,7 +187,8 @@ def sync_bn(result):
                 f"{r['gcu_sync_bn_ms']:.2f} vs {r['torch_sync_bn_ms']:.2f} vs {r['bn_ms']:.2f} "
                 f"ms: **{r['gcu_sync_bn_over_torch']:.2f}×** torch's; {r['collectives_forward']}"
                 f"+{r['collectives_backward']} sums over the card group per call (on gloo at "
-                "this size an all-gather each; torch: 1 all-gather + 1 all-reduce)"
+                "this size a gather to rank 0 and a broadcast each; torch: 1 all-gather + 1 "
+                "all-reduce)"
             )
             out.append(ROW.format(what, value, "≤ 1.0"))
     return out

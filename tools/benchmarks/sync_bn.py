@@ -12,7 +12,7 @@ batch, ``N x C x H x W``), one training forward + backward of
 - ``torch_sync_bn``: ``torch.nn.SyncBatchNorm``'s algorithm and collectives over the same
   group (``torch_sync_bn.py``: torch's layer refuses CPU inputs), the peer,
 - ``all_reduce``: one gloo all-reduce of the forward's ``2C + 1`` float32 values (the
-  layer's card group sums a tensor this small over gloo by an all-gather instead),
+  layer's card group sums a tensor this small over gloo through rank 0 instead),
 
 with :mod:`timeit` (``number`` calls per timing, ``repeat`` timings, the variants interleaved,
 the ranks lined up by a barrier before each timing), and counts the layer's sums over its

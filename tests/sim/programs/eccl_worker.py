@@ -51,9 +51,9 @@ view = base[2:6]
 view.fill_(float(rank + 1))
 card_dist.all_reduce(view, card_dist.ReduceOp.SUM, group=group)  # in place, under the view
 out["view_sum"] = [base[i].item() for i in range(8)]
-# Past the size the simulator sums by an all-gather, and ops other than a sum: the same
+# Past the size the simulator sums through rank 0, and ops other than a sum: the same
 # in-place results as ECCL's all-reduce; a small integer sum keeps its dtype.
-big = torch.full((1 << 15,), float(rank + 1)).to(card)
+big = torch.full((1 << 20,), float(rank + 1)).to(card)
 card_dist.all_reduce(big, card_dist.ReduceOp.SUM, group=group)
 out["big_sum"] = [big.min().item(), big.max().item()]
 top = torch.tensor([float(rank), 5.0 - rank]).to(card)
