@@ -245,6 +245,20 @@ def test_table_json_and_readme_rows(tmp_path):
     assert readme.lines(info, {}, {})[2:] == ["| what | value | target |", "|---|---|---|"]
 
 
+def test_simulator_cost_rows_give_each_api_its_own_range():
+    def api(step_cpu, step_card, small, conv):
+        ops = {f"op{i}": dict(overhead_us=us) for i, us in enumerate(small)}
+        ops["conv2d 1x16x32x32"] = dict(overhead_us=conv)
+        m = dict(cpu=step_cpu, card=step_card, ratio=step_card / step_cpu)
+        return dict(step_median_s=m, ops=ops)
+
+    step, per_op = readme.simcost(
+        dict(gcu2=api(0.010, 0.012, [0.8, 1.7], 3.1), gcu1=api(0.010, 0.011, [0.9, 1.2], 1.3))
+    )
+    assert "10.0 ms vs 12.0 ms (1.20×) / 10.0 ms vs 11.0 ms (1.10×)" in step
+    assert "| +0.8 to +1.7 µs; +3.1 µs / +0.9 to +1.2 µs; +1.3 µs |" in per_op
+
+
 def test_no_file_over_400_lines_no_function_over_40():
     for path in glob.glob(os.path.join(BENCH, "**", "*.py"), recursive=True):
         with open(path) as f:

@@ -123,6 +123,11 @@ def rehearsal(result):
     return out
 
 
+def _us_range(values):
+    low, high = f"{min(values):+.1f}", f"{max(values):+.1f}"
+    return f"{low} µs" if low == high else f"{low} to {high} µs"
+
+
 def simcost(sc):
     parts = []
     for c in sc.values():
@@ -130,10 +135,12 @@ def simcost(sc):
         parts.append(f"{_ms(m['cpu'])} vs {_ms(m['card'])} ({m['ratio']:.2f}×)")
     names = " / ".join(sc)
     what = f"simulator cost: train step of the tiny model, CPU vs simulated card ({names})"
-    ops = [(op, row["overhead_us"]) for c in sc.values() for op, row in c["ops"].items()]
-    small = [us for op, us in ops if not op.startswith("conv2d")]
-    conv = [us for op, us in ops if op.startswith("conv2d")]
-    value = f"{min(small):+.1f} to {max(small):+.1f} µs; {min(conv):+.1f} to {max(conv):+.1f} µs"
+    per_api = []
+    for c in sc.values():
+        small = [r["overhead_us"] for op, r in c["ops"].items() if not op.startswith("conv2d")]
+        conv = [r["overhead_us"] for op, r in c["ops"].items() if op.startswith("conv2d")]
+        per_api.append(f"{_us_range(small)}; {_us_range(conv)}")
+    value = " / ".join(per_api)
     per_op = f"simulator cost per small op (64×64 add, mul_, matmul, relu, sum; 3×3 conv), {names}"
     return [ROW.format(what, " / ".join(parts), "info"), ROW.format(per_op, value, "info")]
 
