@@ -23,6 +23,11 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 		MMCV_WITH_OPS=1 FORCE_CUDA=0 $(PIP) install --no-build-isolation mmcv==2.1.0
 	$(PIP) install --quiet --no-warn-conflicts -r requirements/runtime.txt -r requirements/optional.txt -r requirements/tests.txt
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
+	# yapf (mmengine's Config imports it) writes its grammar cache on the first import after
+	# an install and renames the file into place before flushing it: processes that start
+	# together then can read it empty ("EOFError: Ran out of input" in load_grammar). One
+	# import here writes it before any test or rank starts.
+	$(PY) -c "import yapf"
 	# Pre-build the simulator's C++ part once, so many ranks starting together find it cached
 	# (as a script: 'python -m' would import the mmgcu package, and with it this module, first).
 	$(PY) mmgcu/sim/build.py

@@ -71,9 +71,14 @@ if [ "$WITH_MMDET" = "--mmdet" ]; then
 fi
 # mmgcu itself, editable, with no dependency resolution of its own.
 "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
+# The check below imports yapf (mmengine's Config does) first, in one process: yapf writes
+# its grammar cache on the first import after an install and renames the file into place
+# before flushing it, so eight ranks starting together could read it empty ("EOFError: Ran
+# out of input" in load_grammar).
 "$PY" - <<'EOF'
 import sys
 
+import yapf  # writes its cache first (see above)
 import mmpretrain
 import torch
 import torchvision

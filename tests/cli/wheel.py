@@ -100,6 +100,8 @@ def make_venv(wheel: str, tmp) -> str:
         ok(run([sys._base_executable, "-m", "venv", VENV], tmp))
         ok(run(pip + ["--no-deps", TORCH], tmp))
         ok(run(pip + ["--no-build-isolation"] + DEPS, tmp))
+        # One process writes yapf's grammar cache (see make install), not the first ranks.
+        ok(run([python, "-c", "import yapf"], tmp))
         with open(stamp, "w") as f:
             f.write(deps_stamp())
     ok(run([python, "-m", "pip", "uninstall", "-q", "-y", "mmgcu"], tmp))
