@@ -111,6 +111,10 @@ class Accelerator:
     kind = "base"
     device_type = "cpu"
     is_gcu = False
+    #: Whether the card records ops into a graph that runs later and compiles each graph it
+    #: has not seen (torch_gcu 1.x: XLA devices). mmgcu keeps such a card's step to one
+    #: graph and its validation to a few shapes (:mod:`mmgcu.model.whole_graph`).
+    lazy = False
     description = ""
     default_pg_backend = "gloo"
     amp_dtypes: tuple = ()
@@ -219,6 +223,16 @@ class Accelerator:
 
     def after_amp_step(self, optimizer, model, scaler, loss) -> None:
         """What follows ``scaler.step``/``update`` on this kind (a lazy graph run on 1.x)."""
+
+    def finish_step(self, extra=()) -> None:
+        """The end of an iteration's work on the card. A lazy card runs the iteration's
+        graph here, with ``extra`` (card tensors the host will read of this iteration)
+        among its outputs, so that reading them later is a transfer, not another graph."""
+
+    def compiled_graphs(self) -> Optional[int]:
+        """How many graphs the card compiled in this process, where the kind reports it
+        (a lazy card's compile counter); None where it cannot tell."""
+        return None
 
     # -- reporting -----------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:

@@ -21,9 +21,16 @@ What that source shows and mmgcu builds on:
 - ``nn/parallel/distributed.py``: its DDP is an ``nn.Module`` (not torch's DDP) whose
   ``device_ids=None`` means every visible card; mmgcu passes ``[this rank's card]``.
 - ``core/model.py``: the step is ``optimizer_step(optimizer, extra_output, model=...,
-  mode=JitRunMode)``; with ``model`` only parameters, optimizer state, buffers and the
-  loss are graph outputs. AMP runs ``scaler.step``, ``scaler.update`` and then
-  ``unlazy(collect_amp_training_params(model, optimizer, scaler) + [loss])``.
+  mode=JitRunMode)``: ``optimizer.step()``, then ``_sync_multi`` of the parameters, the
+  optimizer state on the card, the model's buffers and ``extra_output``. AMP runs
+  ``scaler.step``, ``scaler.update`` and then
+  ``unlazy(collect_amp_training_params(model, optimizer, scaler) + [loss])``. mmgcu splits
+  both the same way: the optimizer steps at once, and the graph with those outputs runs at
+  the end of the iteration (:meth:`GCU1Accelerator.finish_step`), with what the log will
+  read of the iteration among them; read later, a value no graph output is computed again
+  by a graph of its own (torch_xla's semantics, which the 1.x runtime forks).
+- ``core/debug.py``: ``metrics_report()`` returns the runtime's metrics as text; its format
+  is not public (ASSUMED: torch_xla 1.x's, ``Counter: UncachedCompile`` / ``Value: N``).
 - ``amp/``: autocast takes float16 and bfloat16; ``GradScaler`` is a plain object whose
   ``use_zero_grad=True`` avoids the host barrier of the inf check (its other path calls
   ``unlazy`` with an argument ``unlazy`` does not take).
@@ -41,7 +48,8 @@ ASSUMED (the source is silent; the strictest reading is taken):
 
 import datetime
 import os
-from typing import Optional
+import re
+from typing import List, Optional
 
 import torch
 
@@ -53,12 +61,15 @@ from .ports import free_port
 #: as Enflame's own training scripts do.
 JIT_MODES = ("SYNC", "ASYNC", "SAFEASYNC")
 ECCL_GROUP_NAME = "mmgcu_eccl"
+#: A counter of torch_xla 1.x's metrics report (ASSUMED to be torch_gcu 1.x's format too).
+_COUNTER = re.compile(r"^Counter: (\S+)\n\s+Value: (\d+)", re.MULTILINE)
 
 
 class GCU1Accelerator(Accelerator):
     kind = "gcu1"
     device_type = "xla"
     is_gcu = True
+    lazy = True
     default_pg_backend = "gloo"
     amp_dtypes = (torch.float16, torch.bfloat16)
 
@@ -70,6 +81,7 @@ class GCU1Accelerator(Accelerator):
         if jit_mode is not None and jit_mode not in JIT_MODES:
             raise GCUError(f"env_cfg.gcu_jit_mode={jit_mode!r}: use one of {JIT_MODES}")
         self.jit_mode = jit_mode
+        self._step_outputs: Optional[List[torch.Tensor]] = None  # a step not yet run
 
     def is_available(self) -> bool:
         return bool(self.torch_gcu.is_available())
@@ -175,18 +187,39 @@ class GCU1Accelerator(Accelerator):
         return getattr(self.torch_gcu.JitRunMode, self.jit_mode or "SAFEASYNC")
 
     def optimizer_step(self, optimizer, model=None, loss=None, **kwargs) -> None:
-        self.torch_gcu.optimizer_step(
-            optimizer,
-            extra_output=[loss] if loss is not None else None,
-            optimizer_args=kwargs,
-            model=model,
-            mode=self._mode(),
-            device=None if model is not None else self.current_device(),
-        )
+        self.finish_step()  # a step that no hook finished runs before this one
+        if model is None:  # every live value is an output: nothing to collect, run it now
+            self.torch_gcu.optimizer_step(
+                optimizer, optimizer_args=kwargs, mode=self._mode(), device=self.current_device()
+            )
+            return
+        optimizer.step(**kwargs)
+        self._step_outputs = step_outputs(self.torch_gcu, optimizer, model) + _card(loss)
 
     def after_amp_step(self, optimizer, model, scaler, loss) -> None:
+        self.finish_step()
         outputs = self.torch_gcu.collect_amp_training_params(model, optimizer, scaler)
-        self.torch_gcu.unlazy(outputs + ([loss] if loss is not None else []), mode=self._mode())
+        # torch 2's Adam keeps its step count in a CPU tensor, which unlazy would refuse
+        self._step_outputs = [t for t in outputs if _on_card(t)] + _card(loss)
+
+    def finish_step(self, extra=()) -> None:
+        outputs, self._step_outputs = self._step_outputs, None
+        extra = list(extra)
+        if outputs is not None:
+            self.torch_gcu.unlazy(outputs + extra, mode=self._mode())
+        elif extra:  # an iteration that accumulated gradients without a step: all it made
+            self.torch_gcu.sync_lived_tensor(self.current_device(), mode=self._mode())
+
+    def compiled_graphs(self) -> Optional[int]:
+        report = getattr(self.torch_gcu, "metrics_report", None)
+        if report is None:
+            return None
+        try:
+            counters = dict(_COUNTER.findall(str(report())))
+        except Exception:  # a runtime that cannot report: no figure rather than a failure
+            return None
+        value = counters.get("UncachedCompile")
+        return int(value) if value is not None else None
 
     def summary(self):
         facts = super().summary()
@@ -205,3 +238,23 @@ def eccl_init_method(dist) -> str:
     dist.broadcast_object_list(port, src=0)
     addr, rank, world = os.environ["MASTER_ADDR"], dist.get_rank(), dist.get_world_size()
     return f"tcp://{addr}:{port[0]}?rank={rank}&world_size={world}"
+
+
+def step_outputs(torch_gcu, optimizer, model) -> List[torch.Tensor]:
+    """What ``torch_gcu.optimizer_step(model=model)`` outputs (core/model.py of 1.x): each
+    parameter, its optimizer state on the card, and the model's buffers."""
+    outputs = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            outputs.append(p.data)
+            state = optimizer.state[p].values()
+            outputs.extend(v for v in state if _on_card(v))
+    return outputs + list(torch_gcu.collect_buffers(model))
+
+
+def _on_card(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "xla"
+
+
+def _card(loss) -> List[torch.Tensor]:
+    return [loss] if _on_card(loss) else []

@@ -12,6 +12,12 @@ hook's ``get_scalar``. Host values and the runtime info pass straight through, s
 the log, the vis backends and a checkpoint see is what stock mmengine records, in the same
 order. It is also ``MessageHub.get_current_instance()``, so code that asks mmengine for
 the current hub writes to it too. ``GCURuntimeInfoHook`` flushes at every loop boundary.
+
+On a lazy card (torch_gcu 1.x) a step's scalars are IR until a graph outputs them, and a
+graph run only to read them would compute the step's forward again. So at the end of each
+iteration the hub stacks that iteration's scalars (:meth:`CardMessageHub.seal`, one card
+tensor per dtype family) and ``GCURuntimeInfoHook`` hands the stacks to the step's graph as
+outputs; reading them later is a transfer.
 """
 
 from typing import List, Optional, Set, Tuple
@@ -44,6 +50,10 @@ class CardMessageHub(MessageHub):
     def __init__(self, name: str, log_scalars=None, runtime_info=None, resumed_keys=None):
         super().__init__(name, log_scalars, runtime_info, resumed_keys)
         self._pending: List[_Pending] = []
+        # The pending values stacked so far (their indices in _pending, the card stack),
+        # and how many of _pending they cover.
+        self._stacks: List[Tuple[List[int], torch.Tensor]] = []
+        self._sealed = 0
         # Kept with the pending values, so that no per-step check walks them.
         self._pending_keys: Set[str] = set()
         self._new_keys: Set[str] = set()  # pending keys the hub has never seen
@@ -103,20 +113,37 @@ class CardMessageHub(MessageHub):
         order is decided when it first arrives)."""
         return bool(self._new_keys)
 
+    def seal(self) -> List[torch.Tensor]:
+        """Stack the scalars that arrived since the last seal, one card tensor per dtype
+        family, and return the stacks (for the step's graph to output them)."""
+        stacks = self._stack(range(self._sealed, len(self._pending)))
+        self._stacks.extend(stacks)
+        self._sealed = len(self._pending)
+        return [stacked for _, stacked in stacks]
+
+    def _stack(self, indices) -> List[Tuple[List[int], torch.Tensor]]:
+        """The values at ``indices`` of the pending list, stacked per dtype family."""
+        stacks = []
+        for floating in (True, False):
+            family = [i for i in indices if self._pending[i][1].is_floating_point() == floating]
+            if family:
+                dtype = _widest([self._pending[i][1].dtype for i in family], floating)
+                values = [self._pending[i][1].reshape(()).to(dtype) for i in family]
+                stacks.append((family, torch.stack(values)))
+        return stacks
+
     def flush(self) -> None:
-        """Hand every pending scalar to the hub: one host read per dtype family."""
+        """Hand every pending scalar to the hub: one host read per stack (a stack per dtype
+        family of each sealed iteration and of what arrived since)."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
+        stacks = self._stacks + self._stack(range(self._sealed, len(self._pending)))
+        pending, self._pending, self._stacks, self._sealed = self._pending, [], [], 0
         self._pending_keys.clear()
         self._new_keys.clear()
         values = [None] * len(pending)
-        for floating in (True, False):
-            indices = [i for i, p in enumerate(pending) if p[1].is_floating_point() == floating]
-            if indices:
-                dtype = _widest([pending[i][1].dtype for i in indices], floating)
-                stacked = torch.stack([pending[i][1].reshape(()).to(dtype) for i in indices])
-                for i, value in zip(indices, stacked.cpu().tolist()):
-                    values[i] = value
+        for indices, stacked in stacks:
+            for i, value in zip(indices, stacked.cpu().tolist()):
+                values[i] = value
         for (key, _, count, resumed), value in zip(pending, values):
             super().update_scalar(key, value, count, resumed)

@@ -91,6 +91,9 @@ def install(cards=None, api=None):
     state.ext = load_extension()
     state.cards = visible_cards(cards)
     state.ext.install(max(state.cards, 1))  # no visible card: the host has cards, none shown
+    from . import graph
+
+    graph.configure(state.ext)
     state.device_type = "gcu" if api == "gcu2" else "xla"
     state.api = api
     # The hardware that runs this generation (T20 or S60), also when MMGCU_SIMULATE names none.

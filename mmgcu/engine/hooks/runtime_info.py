@@ -4,12 +4,16 @@ On GCU cards ``GCURunner``'s message hub is a :class:`~mmgcu.engine.message_hub.
 which keeps the losses of each step on the card until something reads them. This hook
 hands them over where stock mmengine would already have them: after the first step of a
 new scalar (so the log keeps mmengine's order of keys), at the end of every epoch and of
-training, and before validation and testing.
+training, and before validation and testing. It also ends each iteration on the card
+(``Accelerator.finish_step``): on a lazy card the iteration's graph runs then, with the
+hub's stack of the iteration's scalars among its outputs, so that the log's read of them is
+a transfer and the step one graph.
 """
 
 from mmengine.hooks import RuntimeInfoHook
 from mmengine.registry import HOOKS
 
+from ...binding import CardBound
 from ...counterparts import replaces
 from ..message_hub import CardMessageHub
 
@@ -25,14 +29,19 @@ def _flush(runner) -> None:
     why="it reads every logged loss of every step from the card (.item()), a host wait each",
     does="it keeps the step's losses on the card and reads them once per log line",
 )
-class GCURuntimeInfoHook(RuntimeInfoHook):
+class GCURuntimeInfoHook(CardBound, RuntimeInfoHook):
     """:class:`RuntimeInfoHook` whose step scalars reach the message hub in one transfer
-    per log line (see :mod:`mmgcu.engine.message_hub`)."""
+    per log line (see :mod:`mmgcu.engine.message_hub`), and that ends each iteration on
+    the card it is bound to."""
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         super().after_train_iter(runner, batch_idx, data_batch, outputs)
         hub = runner.message_hub
-        if isinstance(hub, CardMessageHub) and hub.has_new_keys():
+        card_hub = isinstance(hub, CardMessageHub)
+        accelerator = self.card_accelerator()
+        if accelerator is not None:
+            accelerator.finish_step(hub.seal() if card_hub else ())
+        if card_hub and hub.has_new_keys():
             hub.flush()
 
     def after_train_epoch(self, runner) -> None:

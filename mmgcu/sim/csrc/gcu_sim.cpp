@@ -67,9 +67,11 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<c10::MemoryFormat> memory_format) {
   const auto dev = checked_device<T>(device);
   const c10::DeviceGuard guard(dev);
-  return at::detail::empty_generic(size, at::GetAllocator(T),
-                                   c10::DispatchKeySet(backend_key<T>()),
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor t = at::detail::empty_generic(size, at::GetAllocator(T),
+                                     c10::DispatchKeySet(backend_key<T>()),
+                                     c10::dtype_or_default(dtype), memory_format);
+  graph::fresh(t);
+  return t;
 }
 
 template <c10::DeviceType T>
@@ -79,9 +81,11 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<bool> pin) {
   const auto dev = checked_device<T>(device);
   const c10::DeviceGuard guard(dev);
-  return at::detail::empty_strided_generic(size, stride, at::GetAllocator(T),
-                                           c10::DispatchKeySet(backend_key<T>()),
-                                           c10::dtype_or_default(dtype));
+  at::Tensor t = at::detail::empty_strided_generic(size, stride, at::GetAllocator(T),
+                                             c10::DispatchKeySet(backend_key<T>()),
+                                             c10::dtype_or_default(dtype));
+  graph::fresh(t);
+  return t;
 }
 
 static at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -93,7 +97,11 @@ static at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
 static const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                                  std::optional<at::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(self.device());
-  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+  const void* before = self.storage().data_ptr().get_context();
+  const uint64_t value = graph::storage_value(self);
+  const auto& out = at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+  if (self.storage().data_ptr().get_context() != before) graph::resized(self, value);
+  return out;
 }
 
 static at::Tensor _reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -136,9 +144,16 @@ static at::Tensor convolution_overrideable(
     w = as_float32(w);
     hb = as_float32(hb);
   }
+  graph::KernelNode node("aten::convolution_overrideable", input);
+  node.tensor(input).tensor(weight).tensor(b).ints(C10_AS_INTARRAYREF_SLOW(stride));
+  node.ints(C10_AS_INTARRAYREF_SLOW(padding)).ints(C10_AS_INTARRAYREF_SLOW(dilation));
+  node.ints(C10_AS_INTARRAYREF_SLOW(output_padding)).number(transposed);
+  node.number(static_cast<double>(groups.guard_int(__FILE__, __LINE__)));
   auto out = at::convolution_symint(x, w, hb, stride, padding, dilation, transposed,
                                     output_padding, groups);
-  return onto_card(out, input.device(), half);
+  out = onto_card(out, input.device(), half);
+  node.output(out, 0);
+  return out;
 }
 
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -162,8 +177,19 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overr
       gy, x, w, output_mask[2] ? std::optional<c10::SymIntArrayRef>(bias_sizes) : std::nullopt,
       stride, padding, dilation, transposed, output_padding, groups, output_mask);
   const auto card = input.device();
-  return {onto_card(std::get<0>(grads), card, half), onto_card(std::get<1>(grads), card, half),
-          onto_card(std::get<2>(grads), card, half)};
+  graph::KernelNode node("aten::convolution_backward_overrideable", input);
+  node.tensor(grad_output).tensor(input).tensor(weight).ints(C10_AS_INTARRAYREF_SLOW(stride));
+  node.ints(C10_AS_INTARRAYREF_SLOW(padding)).ints(C10_AS_INTARRAYREF_SLOW(dilation));
+  node.ints(C10_AS_INTARRAYREF_SLOW(output_padding)).number(transposed);
+  node.number(static_cast<double>(groups.guard_int(__FILE__, __LINE__)));
+  node.ints(std::vector<int64_t>{output_mask[0], output_mask[1], output_mask[2]});
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result{
+      onto_card(std::get<0>(grads), card, half), onto_card(std::get<1>(grads), card, half),
+      onto_card(std::get<2>(grads), card, half)};
+  node.output(std::get<0>(result), 0);
+  node.output(std::get<1>(result), 1);
+  node.output(std::get<2>(result), 2);
+  return result;
 }
 
 #define MMGCU_SIM_KERNELS(KEY, TYPE)                                                     \

@@ -57,9 +57,10 @@
 #include <utility>
 #include <vector>
 
+#include "lazy_ops.h"
+
 namespace mmgcu_sim {
 
-constexpr int kMaxCards = 64;
 static std::atomic<int> g_card_count{1};
 // One current card per thread, like the CUDA runtime.
 static thread_local c10::DeviceIndex t_current = 0;
@@ -138,14 +139,14 @@ static void count_on_card(int card, int64_t bytes) {
   if (m.allocated > m.peak) m.peak = m.allocated;
 }
 
-struct Allocation {
-  void* ptr;
-  size_t bytes;
-  int card;
+// An allocation on a card: its block (bytes, card, lazy value) and its host memory.
+struct Allocation : CardBlock {
+  void* ptr = nullptr;
 };
 
 static void release(void* ctx) {
   auto* a = static_cast<Allocation*>(ctx);
+  graph::forget(a);
   count_on_card(a->card, -static_cast<int64_t>(a->bytes));
   c10::free_cpu(a->ptr);
   delete a;
@@ -172,7 +173,10 @@ struct SimAllocator final : public c10::Allocator {
     const int card = t_current;
     void* ptr = bytes ? c10::alloc_cpu(bytes) : nullptr;
     count_on_card(card, static_cast<int64_t>(bytes));
-    return {ptr, new Allocation{ptr, bytes, card}, &release, c10::Device(T, card)};
+    auto* block = new Allocation();
+    block->ptr = ptr;
+    graph::init_block(block, card, bytes);
+    return {ptr, block, &release, c10::Device(T, card)};
   }
 };
 
@@ -221,17 +225,22 @@ static at::Tensor host_or_undefined(const at::Tensor& t) {
 
 // The host memory of a CPU result that a card tensor took over, kept alive while the card
 // tensor lives, and the bytes it counts on that card.
-struct Adopted {
+struct Adopted : CardBlock {
   c10::Storage host;
-  size_t bytes;
-  int card;
 };
 
 static void release_adopted(void* ctx) {
   auto* a = static_cast<Adopted*>(ctx);
+  graph::forget(a);
   count_on_card(a->card, -static_cast<int64_t>(a->bytes));
   delete a;  // the last reference to the host storage: its own deleter frees the memory
 }
+
+// Storages with these deleters carry a CardBlock (lazy_graph.h).
+static const bool g_blocks_known = [] {
+  graph::block_deleters() = {&release, &release_adopted};
+  return true;
+}();
 
 // A card tensor over the memory of `t`, a CPU result nothing else references: no copy. Card
 // memory is host memory, so the CPU kernel's output is the card's once it is counted there;
@@ -242,7 +251,10 @@ static at::Tensor adopt_onto_card(const at::Tensor& t, c10::Device card) {
   const size_t bytes = host.nbytes();
   void* data = host.unsafeGetStorageImpl()->data_ptr().get();
   count_on_card(card.index(), static_cast<int64_t>(bytes));
-  c10::DataPtr memory(data, new Adopted{host, bytes, card.index()}, &release_adopted, card);
+  auto* block = new Adopted();
+  block->host = host;
+  graph::init_block(block, card.index(), bytes);
+  c10::DataPtr memory(data, block, &release_adopted, card);
   const c10::DeviceGuard guard(card);
   auto out = at::empty({0}, t.options().device(card));
   auto* impl = out.unsafeGetTensorImpl();
@@ -299,6 +311,7 @@ static void count_copy(const at::Tensor& src, const at::Tensor& dst) {
 static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   count_copy(self, dst);
   host_copy(self, dst, non_blocking);
+  graph::copy(self, dst);
   return dst;
 }
 
@@ -309,11 +322,16 @@ static at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor&
     at::native::resize_(dst, self.sizes(), c10::nullopt);
   }
   host_copy(self, dst, false);
+  graph::copy(self, dst);
   return dst;
 }
 
+// torch_xla counts a scalar read among its CPU fallbacks (aten::_local_scalar_dense).
 static at::Scalar local_scalar_dense(const at::Tensor& self) {
   g_scalar_reads.fetch_add(1, std::memory_order_relaxed);
+  if (graph::on_xla(self)) {
+    graph::note_fallback("aten::_local_scalar_dense", {self}, graph::kHostRead);
+  }
   return at::native::_local_scalar_dense_cpu(host_alias(self));
 }
 
@@ -463,15 +481,6 @@ static c10::IValue map_tensors(const c10::IValue& v,
   return v;
 }
 
-#if MMGCU_SIM_TORCH2
-static const c10::AliasInfo* alias_of(const c10::Argument& a) { return a.alias_info(); }
-#else  // torch 1.10: Argument::alias_info() is an optional, not a pointer
-static const c10::AliasInfo* alias_of(const c10::Argument& a) {
-  const auto& info = a.alias_info();
-  return info.has_value() ? &*info : nullptr;
-}
-#endif
-
 static bool same_alias(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a != nullptr && b != nullptr && a->beforeSets() == b->beforeSets();
 }
@@ -551,7 +560,7 @@ static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* sta
   std::vector<c10::IValue> copies;
   for (size_t i = 0; i < given.size(); ++i) {
     const auto& g = given[i];
-    const auto* alias = alias_of(args[i]);
+    const auto* alias = graph::alias_info(args[i]);
     const bool written = alias != nullptr && alias->isWrite();
     if (g.isDevice() && g.toDevice().type() == card.type()) {
       stack->push_back(c10::IValue(c10::Device(c10::DeviceType::CPU)));
@@ -574,10 +583,10 @@ static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* sta
   const size_t rfirst = stack->size() - rets.size();
   for (size_t r = 0; r < rets.size(); ++r) {
     auto& v = (*stack)[rfirst + r];
-    const auto* ralias = alias_of(rets[r]);
+    const auto* ralias = graph::alias_info(rets[r]);
     c10::optional<size_t> target;
     for (size_t i = 0; ralias && ralias->isWrite() && i < args.size(); ++i) {
-      if (same_alias(ralias, alias_of(args[i])) && given[i].isTensor()) target = i;
+      if (same_alias(ralias, graph::alias_info(args[i])) && given[i].isTensor()) target = i;
     }
     if (target && v.isTensor()) {
       write_back(given[*target].toTensor(), v.toTensor(), card);
@@ -604,16 +613,14 @@ static void refuse_collective_on_xla(const c10::FunctionSchema& schema, c10::Dev
   TORCH_CHECK(false, "ProcessGroupGloo::", collective, ": unsupported device type xla");
 }
 
-// Every op without a card kernel: check devices, then run the CPU kernel on the cards' host
-// memory itself (no copy), so in-place updates land on the card as they would on hardware.
-static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  auto card = check_same_device(op, stack);
-  TORCH_CHECK(card.has_value(), op.schema().name(), ": no simulated card among the arguments");
-  refuse_collective_on_xla(op.schema(), *card);
+// The CPU kernel of an op, run on the cards' host memory itself (no copy), so in-place
+// updates land on the card as they would on hardware. `given` are the op's arguments, which
+// the stack holds.
+static void run_on_card(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                        const std::vector<c10::IValue>& given, c10::optional<c10::Device> card) {
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
-  std::vector<c10::IValue> given(stack->begin() + first, stack->end());
   const auto half = computed_in_float32(schema) ? half_arguments(given) : c10::nullopt;
   if (half) {  // a matrix product on a half type: in float32, rounded to it
     stack->erase(stack->begin() + first, stack->end());
@@ -628,7 +635,7 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
     outs.clear();
     for (size_t i = 0; i < args.size(); ++i) {
       auto v = given[i];
-      const auto* alias = alias_of(args[i]);
+      const auto* alias = graph::alias_info(args[i]);
       if (v.isTensor() && is_card(v.toTensor()) && args[i].kwarg_only() && alias &&
           alias->isWrite()) {
         auto host = host_alias(v.toTensor());
@@ -678,10 +685,10 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   const size_t rfirst = stack->size() - rets.size();
   for (size_t r = 0; r < rets.size(); ++r) {
     auto& v = (*stack)[rfirst + r];
-    const auto* ralias = alias_of(rets[r]);
+    const auto* ralias = graph::alias_info(rets[r]);
     c10::optional<size_t> source;
     for (size_t i = 0; ralias && i < args.size(); ++i) {
-      if (same_alias(ralias, alias_of(args[i])) && given[i].isTensor()) source = i;
+      if (same_alias(ralias, graph::alias_info(args[i])) && given[i].isTensor()) source = i;
     }
     if (source && ralias->isWrite()) {
       v = given[*source];  // in-place and out=: the card tensor itself
@@ -701,6 +708,19 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
       v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, *card); });
     }
   }
+}
+
+// Every op without a card kernel: PyTorch's device check, the op's place in an XLA card's
+// lazy graph (lazy_ops.h), then its CPU kernel on the card's memory.
+static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto card = check_same_device(op, stack);
+  TORCH_CHECK(card.has_value(), op.schema().name(), ": no simulated card among the arguments");
+  refuse_collective_on_xla(op.schema(), *card);
+  const size_t n = op.schema().arguments().size();
+  const std::vector<c10::IValue> given(stack->end() - n, stack->end());
+  const auto run = graph::before_op(op, given, *card);
+  run_on_card(op, stack, given, card);
+  graph::after_op(run, op, given, *stack);
 }
 
 // ---------------------------------------------------------------------------- backward
@@ -732,6 +752,79 @@ static void queue_backward_callback(pybind11::function fn) {
 static int check_card(int64_t card) {
   TORCH_CHECK(card >= 0 && card < kMaxCards, "no card ", card);
   return static_cast<int>(card);
+}
+
+// The lazy graph's functions (mmgcu.sim.graph wraps them). Those that take the graph's lock
+// release the GIL first: a card op on another thread may wait for the lock, and a cut asks
+// Python for its caller.
+inline void define_graph(pybind11::module& m) {
+  using release = pybind11::call_guard<pybind11::gil_scoped_release>;
+  m.def(
+      "graph_configure",
+      [](const std::string& profile, const std::vector<std::string>& lowered, int64_t cache) {
+        TORCH_CHECK(profile == "t20" || profile == "xla-cpu", "graph profile ", profile);
+        std::lock_guard<std::mutex> lock(graph::S().mu);
+        auto& s = graph::S();
+        graph::config().profile = profile == "t20" ? graph::kT20 : graph::kXlaCpu;
+        s.lowered = std::unordered_set<std::string>(lowered.begin(), lowered.end());
+        s.capacity = static_cast<size_t>(cache);
+        s.configured = true;
+      },
+      "the ops torch_xla lowers (base names), the profile of its conditional fallbacks and "
+      "the compile cache's size");
+  m.def("graph_set_caller", [](pybind11::object fn) {
+    graph::S().caller_fn = fn.release().ptr();  // kept for the life of the process
+  });
+  m.def("graph_sync", &graph::sync_tensors, release(),
+        "run a graph whose outputs are these tensors (torch_gcu's unlazy, optimizer_step)");
+  m.def("graph_sync_live", &graph::sync_live, release(),
+        "run a graph of every live pending value of a card (sync_lived_tensor, mark_step)");
+  m.def("graph_collective", &graph::collective, release(),
+        "an ECCL collective: an op of the graph that reads `inputs` and writes `outputs`");
+  m.def(
+      "graph_pending",
+      [](int64_t card) {
+        std::lock_guard<std::mutex> lock(graph::S().mu);
+        int64_t n = 0;
+        for (auto* b = graph::S().pending[check_card(card)]; b; b = b->next) n++;
+        return n;
+      },
+      release(), "how many card storages hold a value not yet run");
+  m.def(
+      "graph_counters",
+      [] {
+        std::lock_guard<std::mutex> lock(graph::S().mu);
+        const auto& s = graph::S();
+        std::map<std::string, int64_t> out(s.fallbacks.begin(), s.fallbacks.end());
+        for (int c = 0; c < 3; ++c) out[std::string("runs.") + graph::kCauseNames[c]] = s.runs[c];
+        out["UncachedCompile"] = s.uncached;
+        out["CachedCompile"] = s.cached;
+        out["events"] = static_cast<int64_t>(s.events.size()) + s.dropped_events;
+        return out;
+      },
+      release(), "graph runs by cause, compiles, and the aten:: ops that fell back");
+  m.def(
+      "graph_events",
+      [](int64_t start) {
+        std::lock_guard<std::mutex> lock(graph::S().mu);
+        const auto& s = graph::S();
+        std::vector<std::tuple<std::string, std::string, std::string, bool, int64_t>> out;
+        const auto from = static_cast<size_t>(std::max<int64_t>(0, start - s.dropped_events));
+        for (size_t i = from; i < s.events.size(); ++i) {
+          const auto& e = s.events[i];
+          out.emplace_back(graph::kCauseNames[e.cause], e.what, e.caller, e.compiled, e.outputs);
+        }
+        return out;
+      },
+      release(), "the graph runs from index `start`: (cause, what, caller, compiled, outputs)");
+  m.def(
+      "graph_clear_cache",
+      [] {
+        std::lock_guard<std::mutex> lock(graph::S().mu);
+        graph::S().cache.clear();
+        graph::S().lru.clear();
+      },
+      release(), "forget every compiled graph (torch_gcu.clear_graph_caches)");
 }
 
 // The functions mmgcu.sim uses on both generations; each translation unit adds `install`.
@@ -771,6 +864,7 @@ inline void define_common(pybind11::module& m) {
       },
       "values read back from the cards by the host in this process: scalar reads "
       "(.item(), float(), bool()) and copies to CPU tensors (.cpu(), .tolist(), .numpy())");
+  define_graph(m);
   m.def(
       "reset_host_reads",
       [] {

@@ -28,8 +28,10 @@ static at::Tensor empty_memory_format(at::IntArrayRef size, c10::optional<at::Sc
                                       c10::optional<at::MemoryFormat> memory_format) {
   const auto dev = checked_device<kXLA>(device);
   const c10::DeviceGuard guard(dev);
-  return at::detail::empty_generic(size, &g_xla_allocator, c10::DispatchKey::XLA,
-                                   c10::dtype_or_default(dtype), dev, memory_format);
+  auto t = at::detail::empty_generic(size, &g_xla_allocator, c10::DispatchKey::XLA,
+                                     c10::dtype_or_default(dtype), dev, memory_format);
+  graph::fresh(t);
+  return t;
 }
 
 static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
@@ -43,6 +45,7 @@ static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride,
   auto t = at::detail::empty_generic({0}, &g_xla_allocator, c10::DispatchKey::XLA,
                                      c10::dtype_or_default(dtype), dev, c10::nullopt);
   at::native::resize_impl_cpu_(t.unsafeGetTensorImpl(), size, stride);
+  graph::fresh(t);
   return t;
 }
 
@@ -54,7 +57,11 @@ static at::Tensor as_strided(const at::Tensor& self, at::IntArrayRef size,
 static const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size,
                                  c10::optional<at::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(self.device());
-  return at::native::resize_(self, size, memory_format);
+  const void* before = self.storage().data_ptr().get_context();
+  const uint64_t value = graph::storage_value(self);
+  const auto& out = at::native::resize_(self, size, memory_format);
+  if (self.storage().data_ptr().get_context() != before) graph::resized(self, value);
+  return out;
 }
 
 static at::Tensor _reshape_alias(const at::Tensor& self, at::IntArrayRef size,
@@ -91,9 +98,14 @@ static at::Tensor convolution_overrideable(const at::Tensor& input, const at::Te
     w = as_float32(w);
     hb = as_float32(hb);
   }
+  graph::KernelNode node("aten::convolution_overrideable", input);
+  node.tensor(input).tensor(weight).tensor(b).ints(stride).ints(padding).ints(dilation);
+  node.ints(output_padding).number(transposed).number(groups);
   auto out =
       at::convolution(x, w, hb, stride, padding, dilation, transposed, output_padding, groups);
-  return onto_card(out, input.device(), half);
+  out = onto_card(out, input.device(), half);
+  node.output(out, 0);
+  return out;
 }
 
 // A backend kernel runs below autograd: its thread has the autograd keys excluded. The
@@ -150,8 +162,16 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overr
     if (output_mask[2]) gb = grads[k++];
   }
   const auto card = input.device();
-  return std::make_tuple(onto_card(gi, card, half), onto_card(gw, card, half),
-                         onto_card(gb, card, half));
+  graph::KernelNode node("aten::convolution_backward_overrideable", input);
+  node.tensor(grad_output).tensor(input).tensor(weight).ints(stride).ints(padding);
+  node.ints(dilation).ints(output_padding).number(transposed).number(groups);
+  node.ints(std::vector<int64_t>{output_mask[0], output_mask[1], output_mask[2]});
+  auto result = std::make_tuple(onto_card(gi, card, half), onto_card(gw, card, half),
+                                onto_card(gb, card, half));
+  node.output(std::get<0>(result), 0);
+  node.output(std::get<1>(result), 1);
+  node.output(std::get<2>(result), 2);
+  return result;
 }
 
 // ---------------------------------------------------------------------------- grad scaler
@@ -171,6 +191,9 @@ static void amp_foreach_non_finite_check_and_unscale_(at::TensorList scaled_grad
               "inv_scale must be a float tensor.");
   TORCH_CHECK(found_inf.scalar_type() == at::ScalarType::Float,
               "found_inf must be a float tensor.");
+  graph::KernelNode node("aten::_amp_foreach_non_finite_check_and_unscale_", found_inf);
+  for (const auto& grad : scaled_grads) node.tensor(grad);
+  node.tensor(found_inf).tensor(inv_scale);
   const float inv = *host_alias(inv_scale).data_ptr<float>();
   auto found = host_alias(found_inf);
   for (const auto& grad : scaled_grads) {
@@ -186,6 +209,9 @@ static void amp_foreach_non_finite_check_and_unscale_(at::TensorList scaled_grad
       if (!value.is_same(host)) host.copy_(value);
     }
   }
+  uint64_t k = 0;
+  for (const auto& grad : scaled_grads) node.output(grad, k++);
+  node.output(found_inf, k);
 }
 
 // After a step: if it found inf/NaN, scale *= backoff_factor and the tracker restarts;
@@ -205,6 +231,11 @@ static at::Tensor& amp_update_scale_(at::Tensor& current_scale, at::Tensor& grow
               "growth_tracker must be an int tensor.");
   TORCH_CHECK(found_inf.scalar_type() == at::ScalarType::Float,
               "found_inf must be a float tensor.");
+  graph::KernelNode node("aten::_amp_update_scale_", current_scale);
+  node.tensor(current_scale).tensor(growth_tracker).tensor(found_inf);
+  node.number(growth_factor).number(backoff_factor).number(growth_interval);
+  node.output(current_scale, 0);
+  node.output(growth_tracker, 1);
   float* scale = host_alias(current_scale).data_ptr<float>();
   int* tracker = host_alias(growth_tracker).data_ptr<int>();
   const float found = *host_alias(found_inf).data_ptr<float>();

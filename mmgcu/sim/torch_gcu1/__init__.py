@@ -10,7 +10,7 @@ taken and said so. The cards are the native part's XLA devices (``xla:N``).
 
 from . import amp, distributed, nn  # noqa: F401
 from .core import pytorch_override
-from .core.debug import dump_hbm_alloc_info, get_hbm_alloc_size  # noqa: F401
+from .core.debug import dump_hbm_alloc_info, get_hbm_alloc_size, metrics_report  # noqa: F401
 from .core.device import (  # noqa: F401
     current_device,
     device,
@@ -23,6 +23,7 @@ from .core.device import (  # noqa: F401
 )
 from .core.model import (  # noqa: F401
     JitRunMode,
+    clear_graph_caches,
     collect_amp_training_params,
     collect_buffers,
     fetch_gradients,

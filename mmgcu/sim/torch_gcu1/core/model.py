@@ -2,8 +2,10 @@
 
 On a real card every op is recorded into a graph that runs when the host asks for it: at
 ``optimizer_step``, ``unlazy`` or ``sync_lived_tensor`` (or when a value is read). The
-simulated card computes eagerly, so these functions keep the real signatures and argument
-checks and count the graph runs (``state.counters``) with what each was given.
+simulated card computes eagerly and keeps the graph's account (``mmgcu.sim.graph``): these
+functions keep the real signatures and argument checks, run the graph of the values they
+are given (``_sync_multi``) or of every live value (``_sync_live_tensors``), and count the
+calls (``state.counters``) with what each was given.
 """
 
 import enum
@@ -22,6 +24,7 @@ __all__ = [
     "collect_buffers",
     "collect_amp_training_params",
     "fetch_gradients",
+    "clear_graph_caches",
 ]
 
 
@@ -47,13 +50,18 @@ def _is_gcu_tensor_list_or_tuple(tensors) -> bool:
     return isinstance(tensors, (list, tuple)) and all(_is_gcu_tensor(t) for t in tensors)
 
 
-def _run_graph(api: str, mode, outputs) -> None:
+def _run_graph(api: str, mode, outputs, device=None) -> None:
+    """The graph whose outputs are ``outputs`` (torch_gcu's ``_sync_multi``), or with None
+    every live value on ``device`` (``_sync_live_tensors``)."""
     if not isinstance(mode, JitRunMode):
         raise TypeError(f"mode must be a torch_gcu.JitRunMode, got {mode!r}")
-    state.counters["graph_runs"] += 1
     state.counters[api] += 1
     state.counters[f"graph_mode_{mode.name}"] += 1
     state.counters["graph_outputs_all_live"] += outputs is None
+    if outputs is None:
+        state.ext.graph_sync_live(_get_device_index(device, True))
+    else:
+        state.ext.graph_sync([t for t in outputs if _is_gcu_tensor(t)])
 
 
 def synchronize(device: _device_t = None) -> None:
@@ -74,7 +82,7 @@ def sync_lived_tensor(device: _device_t = None, mode=JitRunMode.SAFEASYNC) -> No
     graph ends (``synchronize`` waits)."""
     index = _get_device_index(device, True)
     _check_device_valid(index)
-    _run_graph("sync_lived_tensor", mode, None)
+    _run_graph("sync_lived_tensor", mode, None, index)
 
 
 def optimizer_step(
@@ -104,7 +112,7 @@ def optimizer_step(
         outputs.extend(collect_buffers(model))
     else:
         _check_device_valid(_get_device_index(device, True))
-    _run_graph("optimizer_step", mode, outputs)
+    _run_graph("optimizer_step", mode, outputs, device)
     return result
 
 
@@ -132,3 +140,8 @@ def collect_amp_training_params(model, optimizer, scaler):
 def fetch_gradients(optimizer):
     _assert_type_valid(optimizer, torch.optim.Optimizer)
     return [p.grad.data for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+
+
+def clear_graph_caches() -> None:
+    """Forget every compiled graph: the next run of each compiles it again."""
+    state.ext.graph_clear_cache()

@@ -88,8 +88,16 @@ class ProcessGroupECCL:
     def _run(self, method: str, *args):
         getattr(self._gloo, method)(*args).wait()
 
+    @staticmethod
+    def _in_graph(name: str, inputs, outputs=None) -> None:
+        """The collective as an op of the card's lazy graph (mmgcu.sim.graph): no cut, as
+        torch_xla's all_reduce. ASSUMED for ECCL: the 1.x source shows its Python layer only."""
+        inputs = list(inputs)
+        state.ext.graph_collective(name, inputs, inputs if outputs is None else list(outputs))
+
     def allreduce(self, tensors, op: ReduceOp):
         hosts = [self._host(t) for t in tensors]
+        self._in_graph(f"allreduce.{op.name}", tensors)
         if op is ReduceOp.SUM and wire.gathered_sum(self._gloo, hosts):
             return _Work(tensors)
         opts = _c10d.AllreduceOptions()
@@ -100,11 +108,13 @@ class ProcessGroupECCL:
     def broadcast(self, tensors, root: int):
         opts = _c10d.BroadcastOptions()
         opts.rootRank, opts.rootTensor = root, 0
+        self._in_graph("broadcast", tensors)
         self._run("broadcast", [self._host(t) for t in tensors], opts)
         return _Work(tensors)
 
     def allgather(self, output_lists, inputs):
         outs = [[self._host(t) for t in out] for out in output_lists]
+        self._in_graph("allgather", inputs, [t for out in output_lists for t in out])
         self._run("allgather", outs, [self._host(t) for t in inputs])
         return _Work(output_lists)
 

@@ -1,0 +1,100 @@
+"""The two XLA cards a conformance program runs on, behind one interface.
+
+- ``xla``: torch_xla 2.9 on the CPU (``PJRT_DEVICE=CPU``), a real XLA runtime that nobody
+  here wrote: its counters (``ExecuteTime``'s samples, ``UncachedCompile``,
+  ``CachedCompile``, ``aten::*``) are the oracle.
+- ``sim``: one simulated T20 card (``xla:0``) of mmgcu's simulator, with the ``xla-cpu``
+  lowering profile (torch_xla 2.9 on a CPU device) so that both run the same lowerings;
+  ``MMGCU_SIM_XLA=t20`` gives the T20's own.
+
+A program runs its code on ``backend.device``, calls ``backend.step()`` where a training
+loop cuts its graph (``xm.mark_step()``; the simulated card's ``sync_lived_tensor``, the
+same cut of every live value) and reads ``backend.counts()``.
+"""
+
+import os
+from typing import Dict
+
+
+class XlaBackend:
+    name = "xla"
+
+    def __init__(self):
+        os.environ.setdefault("PJRT_DEVICE", "CPU")
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.debug.metrics as met
+
+        self.xm, self.met = xm, met
+        self.device = torch_xla.device()
+
+    def step(self) -> None:
+        self.xm.mark_step()
+
+    def autocast(self, dtype):
+        import torch
+
+        return torch.autocast("xla", dtype=dtype)
+
+    def counts(self) -> Dict[str, object]:
+        # a run's ExecuteTime sample is taken when it ends: wait for those in flight
+        self.xm.wait_device_ops()
+        execute = self.met.metric_data("ExecuteTime")
+        return dict(
+            runs=int(execute[0]) if execute else 0,
+            compiles=int(self.met.counter_value("UncachedCompile") or 0),
+            cached=int(self.met.counter_value("CachedCompile") or 0),
+            fallbacks={
+                name: int(self.met.counter_value(name))
+                for name in self.met.counter_names()
+                if name.startswith("aten::")
+            },
+        )
+
+
+class SimBackend:
+    name = "sim"
+
+    def __init__(self):
+        os.environ.setdefault("MMGCU_SIMULATE", "t20:1")
+        os.environ.setdefault("MMGCU_SIM_XLA", "xla-cpu")
+        import mmgcu  # noqa: F401 (installs the simulator)
+        import torch_gcu
+
+        from mmgcu.sim import graph
+
+        self.torch_gcu, self.graph = torch_gcu, graph
+        self.device = torch_gcu.gcu_device(0)
+
+    def step(self) -> None:
+        self.torch_gcu.sync_lived_tensor(0)
+
+    def autocast(self, dtype):
+        return self.torch_gcu.amp.autocast(dtype=dtype)  # torch_gcu 1.x's, on either torch
+
+    def counts(self) -> Dict[str, object]:
+        counts = self.graph.counters()
+        return dict(
+            runs=self.graph.graph_runs(counts),
+            compiles=counts["UncachedCompile"],
+            cached=counts["CachedCompile"],
+            fallbacks={k: v for k, v in counts.items() if k.startswith("aten::")},
+        )
+
+
+def backend(name: str):
+    return {"xla": XlaBackend, "sim": SimBackend}[name]()
+
+
+def delta(after: Dict[str, object], before: Dict[str, object]) -> Dict[str, object]:
+    """What happened between two ``counts()``."""
+    fallbacks = {
+        k: v - before["fallbacks"].get(k, 0)
+        for k, v in after["fallbacks"].items()
+        if v != before["fallbacks"].get(k, 0)
+    }
+    return dict(
+        runs=after["runs"] - before["runs"],
+        compiles=after["compiles"] - before["compiles"],
+        fallbacks=fallbacks,
+    )
