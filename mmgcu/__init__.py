@@ -18,6 +18,7 @@ from .checkpoint.hooks import CPUCheckpointHook, GCUCheckpointHook  # noqa: E402
 from .counterparts import replaces  # noqa: E402
 from .device import Accelerator, select_accelerator  # noqa: E402
 from .engine.hooks import (  # noqa: E402
+    GCUCompileWatchHook,
     GCUDevicePlacementHook,
     GCUEmptyCacheHook,
     GCURuntimeInfoHook,
@@ -39,6 +40,7 @@ __all__ = [
     "GCU1DistributedDataParallel",
     "GCUAmpOptimWrapper",
     "GCUCheckpointHook",
+    "GCUCompileWatchHook",
     "GCUDevicePlacementHook",
     "GCUDistributedDataParallel",
     "GCUEmptyCacheHook",

@@ -238,6 +238,12 @@ class FakeTorchGCU1(types.ModuleType):
             side_effect=lambda tensors, mode=None: self.events.append(("unlazy", mode))
         )
         self.collect_amp_training_params = mock.Mock(side_effect=self._amp_params)
+        self.collect_buffers = mock.Mock(
+            side_effect=lambda model: [b.data for b in model.buffers()]
+        )
+        self.sync_lived_tensor = mock.Mock(
+            side_effect=lambda device=None, mode=None: self.events.append(("sync_lived", mode))
+        )
         self.amp = types.ModuleType("torch_gcu.amp")
         self.amp.autocast = mock.Mock(side_effect=lambda **kw: FakeAutocast(self.events, **kw))
         self.amp.GradScaler = mock.Mock(side_effect=lambda **kw: FakeGradScaler(self.events, **kw))

@@ -1,17 +1,25 @@
 """Write ``mmgcu/sim/xla_ops.py``: the ops torch_xla lowers, for the simulated XLA card.
 
 The simulated card (torch_gcu 1.x) decides per op whether it joins the lazy graph or falls
-back to the CPU after a cut, as torch_xla does. This tool reads torch_xla's op lists
-(``xla_native_functions.yaml`` at tag v1.10.0 and ``codegen/xla_native_functions.yaml`` at
-v2.9.0) from a git clone of pytorch/xla, and asks torch 1.10 which of its ops exist and
-which never reach a backend (CompositeImplicitAutograd: they decompose first), so that an
-op torch 2 sends to the card under a name torch 1.10 did not have is judged by torch_xla
-2.9's list. Run it with the T20 stack's Python (torch 1.10)::
+back to the CPU after a cut, as torch_xla does. An op falls back where torch_xla has no
+kernel for it and torch has only device kernels (CPU, CUDA); an op with a composite kernel
+(CompositeImplicitAutograd or CompositeExplicitAutograd) decomposes into others on any
+backend that does not register it. This tool gathers, for both torch_xla generations:
 
-    .venv-t20/bin/python tools/xla_ops.py --xla-git PATH/TO/xla/.git
+- torch_xla 1.10 (what torch_gcu 1.x forks): the ops of its ``xla_native_functions.yaml``
+  at tag v1.10.0, read from a git clone of pytorch/xla, and torch 1.10's composites, asked
+  of the torch 1.10 this tool runs with (the T20 stack's Python);
+- torch_xla 2.9 (the conformance suite's real runtime): the ops with an XLA kernel and
+  torch 2.9's composites, asked of the live dispatcher of a Python with torch_xla 2.9
+  (``--xla-python``), and the yaml's ``autograd:`` section (ops torch_xla differentiates
+  itself, whose backward ops torch's autograd then never calls).
+
+    .venv-t20/bin/python tools/xla_ops.py --xla-git PATH/TO/xla/.git \\
+        --xla-python .venv-xla/bin/python
 """
 
 import argparse
+import json
 import os.path as osp
 import subprocess
 import sys
@@ -47,8 +55,33 @@ def yaml_ops(git_dir: str, tag: str, path: str, section: str = "") -> set:
     return ops
 
 
+COMPOSITES = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
+#: Run by ``--xla-python``: torch 2.9's ops with an XLA kernel and its composites, as JSON.
+XLA_QUERY = """
+import json, os
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+import torch, torch_xla
+xla, composite = set(), set()
+for s in torch._C._jit_get_all_schemas():
+    if not s.name.startswith("aten::"):
+        continue
+    q = s.name + ("." + s.overload_name if s.overload_name else "")
+    try:  # a JIT-only schema (aten::has_torch_function) is not a dispatcher op
+        torch._C._dispatch_has_kernel_for_dispatch_key(q, "CPU")
+    except RuntimeError:
+        continue
+    has = lambda key: torch._C._dispatch_has_kernel_for_dispatch_key(q, key)
+    if has("XLA") or has("AutogradXLA"):
+        xla.add(s.name[6:])
+    elif any(has(key) for key in COMPOSITES):
+        composite.add(s.name[6:])
+print(json.dumps(dict(xla=sorted(xla), composite=sorted(composite))))
+""".replace("COMPOSITES", repr(COMPOSITES))
+
+
 def torch110_ops() -> tuple:
-    """(every aten op name of this torch, those that decompose before reaching a backend)."""
+    """(every aten op name of this torch, those with a composite kernel, which decompose
+    on a backend that does not register them)."""
     import torch
 
     if not torch.__version__.startswith("1.10"):
@@ -61,9 +94,17 @@ def torch110_ops() -> tuple:
         names.add(base_name(op))
         qualified = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
         # torch 1.10 has no _dispatch_has_kernel_for_dispatch_key: its dump lists the keys
-        if "\nCompositeImplicitAutograd[alias]:" in torch._C._dispatch_dump(qualified):
+        dump = torch._C._dispatch_dump(qualified)
+        if any(f"\n{key}[alias]:" in dump for key in COMPOSITES):
             composite.add(base_name(op))
     return names, composite
+
+
+def torch29_ops(python: str) -> tuple:
+    """(ops with an XLA kernel, ops with a composite kernel) of torch 2.9 with torch_xla."""
+    out = subprocess.run([python, "-c", XLA_QUERY], check=True, capture_output=True, text=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    return {base_name(n) for n in found["xla"]}, {base_name(n) for n in found["composite"]}
 
 
 def words(names) -> str:
@@ -81,11 +122,14 @@ def words(names) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--xla-git", required=True, help="the .git folder of a pytorch/xla clone")
+    parser.add_argument("--xla-python", required=True, help="a Python with torch_xla 2.9")
     parser.add_argument("--out", default=OUT)
     args = parser.parse_args()
     lowered = {v: yaml_ops(args.xla_git, *LISTS[v]) for v in LISTS}
     autograd = set().union(*(yaml_ops(args.xla_git, *LISTS[v], "autograd") for v in LISTS))
     names, composite = torch110_ops()
+    xla_29, composite_29 = torch29_ops(args.xla_python)
+    lowered["2.9"] |= xla_29
     text = f'''"""The ops torch_xla lowers into its graph, by name (overload and in-place underscore
 left out), for the simulated XLA card (``csrc/lazy_ops.h`` adds the calls that fall back
 although listed). Generated by ``tools/xla_ops.py`` from torch_xla's
@@ -96,13 +140,17 @@ edit by hand.
 #: torch_xla 1.10 (what torch_gcu 1.x forks): ``xla_native_functions.yaml`` at v1.10.0.
 LOWERED_1_10 = {words(lowered["1.10"])}
 
-#: torch_xla 2.9 (the conformance suite's real runtime): ``codegen/xla_native_functions.yaml``.
+#: torch_xla 2.9 (the conformance suite's real runtime): its yaml's ops and those with an XLA
+#: kernel in its live dispatcher.
 LOWERED_2_9 = {words(lowered["2.9"])}
 
-#: Ops that torch 1.10 decomposes before they reach a backend (CompositeImplicitAutograd
-#: there): on torch 1.10 they never reach the card, so where torch 2 sends them to it, the
-#: T20 runs what 1.10 decomposes them into.
+#: Ops with a composite kernel in torch 1.10 (CompositeImplicitAutograd or
+#: CompositeExplicitAutograd): on a card that does not register them they decompose into
+#: others, so where torch 2 sends one to the card whole, the T20 runs what 1.10 makes of it.
 COMPOSITE_1_10 = {words(composite - lowered["1.10"])}
+
+#: The same in torch 2.9, for the conformance suite's profile.
+COMPOSITE_2_9 = {words(composite_29 - lowered["2.9"])}
 
 #: Ops torch 2 has and torch 1.10 has not, among those torch_xla 2.9 lowers: torch 2's names
 #: for what the T20's torch 1.10 does under other names.

@@ -1,6 +1,6 @@
 """``mmgcu rehearse CONFIG``: the config on simulated cards, then a pre-flight report.
 
-    mmgcu rehearse CONFIG [--cards 8] [--hardware t20|s60] [--iters 2]
+    mmgcu rehearse CONFIG [--cards 8] [--hardware t20|s60] [--iters 3]
                    [--scale small|real] [--card-memory 32] [--cfg-options k=v ...]
 
 See :func:`mmgcu.rehearsal.rehearse`; exit status 0 when every phase passed.
@@ -28,7 +28,12 @@ def add_parser(sub) -> None:
         default="t20",
         help="t20: torch_gcu 1.x (the default); s60: torch_gcu 2.x",
     )
-    parser.add_argument("--iters", type=int, default=2, help="training iterations (default 2)")
+    parser.add_argument(
+        "--iters",
+        type=int,
+        default=3,
+        help="training iterations (default 3: on a lazy card the first two compile)",
+    )
     parser.add_argument(
         "--scale",
         choices=("small", "real"),

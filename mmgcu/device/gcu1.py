@@ -247,8 +247,9 @@ def step_outputs(torch_gcu, optimizer, model) -> List[torch.Tensor]:
     for group in optimizer.param_groups:
         for p in group["params"]:
             outputs.append(p.data)
-            state = optimizer.state[p].values()
-            outputs.extend(v for v in state if _on_card(v))
+            for value in optimizer.state[p].values():  # plain loops: no call per tensor
+                if isinstance(value, torch.Tensor) and value.device.type == "xla":
+                    outputs.append(value)
     return outputs + list(torch_gcu.collect_buffers(model))
 
 

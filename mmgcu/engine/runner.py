@@ -39,7 +39,7 @@ from ..runtime import excepthook
 from ..runtime.rank_warnings import show_library_warnings_on_rank_0
 from .config import FormattedOnceConfig
 from .fault_guard import FaultGuard
-from .hooks import GCUDevicePlacementHook
+from .hooks import GCUCompileWatchHook, GCUDevicePlacementHook
 from .hooks.watchdog import GCUWatchdogHook
 from .message_hub import CardMessageHub
 from .strategy import GCUStrategy
@@ -170,11 +170,15 @@ class GCURunner(Runner):
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
         """mmengine's hooks, the CPU-only checkpoint hook, the watchdog of a distributed
-        run, and the placement check unless the config turns it off."""
+        run, the placement check unless the config turns it off, and on a lazy card the
+        watch of its compiles (``gcu_compile_watch=False`` turns it off)."""
         super().register_hooks(default_hooks, custom_hooks)
         self.register_hook(CPUCheckpointHook())
         if isinstance(self.guard.watchdog, GCUWatchdogHook):
             self.register_hook(self.guard.watchdog)
+        if self.accelerator.lazy and self.cfg.get("gcu_compile_watch", True):
+            if not any(isinstance(h, GCUCompileWatchHook) for h in self.hooks):
+                self.register_hook(GCUCompileWatchHook())
         if self.cfg.get("gcu_placement_check", True) and not any(
             isinstance(h, GCUDevicePlacementHook) for h in self.hooks
         ):

@@ -27,6 +27,7 @@ from ..model import (
     revert_gcu_sync_batchnorm,
 )
 from ..model.placement import watch_first_batch
+from ..model.whole_graph import keep_graph_whole
 from ..model.wrappers import ddp_config, torch_ddp_names
 from ..runtime.dist import init_distributed
 
@@ -88,6 +89,8 @@ class GCUStrategy:
         """
         if self.accelerator.is_gcu:
             model = self._card_ops(model)
+        if self.accelerator.lazy:
+            self._whole_graph(model)
         device = self.accelerator.device(self.card)
         model = model.to(device)
         watch_first_batch(model, device)
@@ -117,6 +120,16 @@ class GCUStrategy:
                 logger="current",
             )
         return model
+
+    def _whole_graph(self, model: torch.nn.Module) -> None:
+        """On a lazy card, the changes that keep mmseg's step to one graph and its
+        validation to a few graph shapes (:mod:`mmgcu.model.whole_graph`)."""
+        changed = keep_graph_whole(model)
+        if changed:
+            print_log(
+                "mmgcu: on a lazy card (XLA graphs) mmgcu changes: " + "; ".join(changed),
+                logger="current",
+            )
 
     def _wrapper_args(self, wrapper, model: torch.nn.Module) -> dict:
         if not isinstance(wrapper, type):  # an unknown name: mmengine's registry says so

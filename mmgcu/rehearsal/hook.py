@@ -2,11 +2,11 @@
 
 The rehearsal config adds this hook (``custom_hooks``); the runner, its loops and the
 user's hooks are those of a real job. It reads nothing from a card while the job runs: the
-losses stay card tensors until training ends, and the simulator's counters (card reads,
-lazy graph runs, each card's peak bytes) are host numbers. Each rank writes
-``rehearsal/rank{R}-{stage}.json`` in the work dir after every phase it reaches, so a rank
-that fails leaves what it had done; ``stage`` is ``train``, or ``resume`` when the run
-started from a checkpoint.
+losses are the message hub's (what the log read), and the simulator's counters (card reads,
+the lazy graph's runs, compiles and their causes, each card's peak bytes) are host numbers.
+Each rank writes ``rehearsal/rank{R}-{stage}.json`` in the work dir after every phase it
+reaches, so a rank that fails leaves what it had done; ``stage`` is ``train``, or
+``resume`` when the run started from a checkpoint.
 """
 
 import json
@@ -22,6 +22,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from .. import sim
+from ..model.whole_graph import changes
 from ..runtime.files import write_text_atomically
 
 OUT_DIR = "rehearsal"
@@ -73,6 +74,50 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Number) or getattr(value, "ndim", None) == 0
 
 
+class Mark:
+    """The counters at one moment: card reads, the lazy graph's counters, the index of its
+    next event, the clock."""
+
+    def __init__(self):
+        lazy = sim.is_installed() and sim.state.api == "gcu1"
+        self.reads = sim.state.host_reads() if sim.is_installed() else 0
+        self.graph = sim.graph.counters() if lazy else {}
+        self.clock = time.perf_counter()
+
+    def since(self, before: "Mark") -> Dict[str, object]:
+        """What happened between ``before`` and this mark."""
+        graph = {k: v - before.graph.get(k, 0) for k, v in self.graph.items()}
+        out: Dict[str, object] = dict(
+            host_reads=self.reads - before.reads, seconds=self.clock - before.clock
+        )
+        if self.graph:
+            runs = {k[len("runs.") :]: v for k, v in graph.items() if k.startswith("runs.")}
+            out.update(
+                graph_runs=sum(runs.values()),
+                graph_runs_by_cause=runs,
+                compiles=graph["UncachedCompile"],
+                fallbacks={k: v for k, v in graph.items() if k.startswith("aten::") and v},
+                cuts=_cuts(sim.graph.events(before.graph["events"])),
+            )
+        return out
+
+
+def _cuts(events: List[dict]) -> List[Dict[str, object]]:
+    """The graph runs other than the step's, by what made them and where: ``{cause, what,
+    caller, runs, compiles}``."""
+    found: Dict[tuple, Dict[str, object]] = {}
+    for e in events:
+        if e["cause"] == "step":
+            continue
+        key = (e["cause"], e["what"], e["caller"])
+        entry = found.setdefault(
+            key, dict(zip(("cause", "what", "caller"), key), runs=0, compiles=0)
+        )
+        entry["runs"] += 1
+        entry["compiles"] += int(e["compiled"])
+    return list(found.values())
+
+
 @HOOKS.register_module()
 class RehearsalHook(Hook):
     """Records phases, per-iteration card reads and graph runs, seconds, losses and the
@@ -84,15 +129,10 @@ class RehearsalHook(Hook):
 
     def __init__(self):
         self.report: Dict[str, object] = dict(phases=[], iterations=[])
-        self._losses: List[Dict[str, torch.Tensor]] = []
-        self._mark: Optional[tuple] = None
+        self._mark: Optional[Mark] = None
+        self._val_images = 0
 
     # ------------------------------------------------------------------ recording
-    def _counters(self) -> tuple:
-        if not sim.is_installed():
-            return (0, 0, time.perf_counter())
-        return (sim.state.host_reads(), sim.state.counters["graph_runs"], time.perf_counter())
-
     def _phase(self, runner, name: str, **facts) -> None:
         self.report["phases"].append(dict(name=name, **facts))
         self._write(runner)
@@ -120,6 +160,7 @@ class RehearsalHook(Hook):
             wrapped=is_model_wrapper(runner.model),
             sync_bn=sync_bn_layers(model),
             card_ops=card_ops(model),
+            graph_changes=changes(model),
         )
         self._phase(runner, "build")
 
@@ -132,7 +173,7 @@ class RehearsalHook(Hook):
         self.report["amp"] = str(dtype).replace("torch.", "") if dtype is not None else None
         self.report["optim_wrapper"] = type(wrapper).__name__
         self.report["start_iter"] = runner.iter
-        self._mark = self._counters()
+        self._mark = Mark()
         self._write(runner)
 
     def _peak(self) -> None:
@@ -142,29 +183,45 @@ class RehearsalHook(Hook):
             self.report["peak_bytes"] = int(sim.state.ext.max_memory_allocated(card))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-        now = self._counters()
-        reads, graphs, clock = (a - b for a, b in zip(now, self._mark))
+        now = Mark()
+        entry = dict(iter=runner.iter + 1, **now.since(self._mark))
         self._mark = now
-        self.report["iterations"].append(
-            dict(iter=runner.iter + 1, host_reads=reads, graph_runs=graphs, seconds=clock)
-        )
-        self._losses.append(
-            {k: v.detach() for k, v in (outputs or {}).items() if isinstance(v, torch.Tensor)}
-        )
+        # The log read this iteration's values (a log line every iteration): the hub's.
+        hub = runner.message_hub
+        entry["losses"] = {
+            key: float(hub.get_scalar(f"train/{key}").current())
+            for key in (outputs or {})
+            if f"train/{key}" in hub.log_scalars
+        }
+        self.report["iterations"].append(entry)
         self._peak()
-        if runner.iter + 1 >= runner.max_iters:
-            # Read only now, after the last iteration was counted (and before the final
-            # save and validation, which may fail).
-            for entry, losses in zip(self.report["iterations"], self._losses):
-                entry["losses"] = {k: float(v.float().mean()) for k, v in losses.items()}
         self._write(runner)
 
     def after_train(self, runner) -> None:
         self._phase(runner, "train")
 
+    def before_val_epoch(self, runner) -> None:
+        self._val_images = 0
+        self._val_shapes: List[List[int]] = []
+        self._val_mark = Mark()
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        self._val_images += len(outputs or ())
+        inputs = (data_batch or {}).get("inputs", ()) if isinstance(data_batch, dict) else ()
+        # the shapes the test pipeline gave, which a stock model puts on the card as they are
+        self._val_shapes += [list(x.shape[-2:]) for x in inputs if hasattr(x, "shape")]
+
     def after_val_epoch(self, runner, metrics=None) -> None:
         metrics = {k: float(v) for k, v in (metrics or {}).items() if _is_number(v)}
-        self._phase(runner, "val", metrics=metrics)
+        graph = Mark().since(self._val_mark)
+        self._phase(
+            runner,
+            "val",
+            metrics=metrics,
+            images=self._val_images,
+            input_shapes=self._val_shapes,
+            graph=graph,
+        )
 
     def after_run(self, runner) -> None:
         self._peak()

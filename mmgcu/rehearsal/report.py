@@ -12,6 +12,7 @@ import re
 import statistics
 from typing import Dict, List, Optional, Tuple
 
+from . import graphs
 from .hook import OUT_DIR
 
 GIB = 1 << 30
@@ -213,9 +214,14 @@ def phases_of(
 
 
 def summarise(
-    train: Dict[int, dict], resume: Dict[int, dict], cards: int, card_memory: int
+    train: Dict[int, dict],
+    resume: Dict[int, dict],
+    cards: int,
+    card_memory: int,
+    factor: float = 1.0,
 ) -> dict:
-    """Per-card peaks, reads and graph runs per iteration, seconds, losses, SyncBN, AMP."""
+    """Per-card peaks, reads and graph runs per iteration, seconds, losses, SyncBN, AMP, and
+    on a lazy card its graphs (``factor``: the rehearsal's crops over the config's)."""
     ranks = [train[r] for r in sorted(train)]
     if not ranks:
         return {}
@@ -233,6 +239,9 @@ def summarise(
         return round(statistics.mean(e[key] for e in entries), 3) if entries else None
 
     seconds = [i["seconds"] for i in (later or [i for its in iters for i in its[:1]])]
+    val_phase = next((p for p in first.get("phases", ()) if p["name"] == "val"), None)
+    train_graph = graphs.train_figures(first.get("iterations", []))
+    val_graph = graphs.val_figures(val_phase)
     return dict(
         cards=card_rows,
         peak_bytes=max((c["peak_bytes"] for c in card_rows), default=0),
@@ -251,7 +260,16 @@ def summarise(
             dict(iter=i["iter"], **i.get("losses", {}))
             for i in resume.get(first["rank"], {}).get("iterations", [])
         ],
-        val=next((p.get("metrics") for p in first.get("phases", ()) if p["name"] == "val"), None),
+        val=(val_phase or {}).get("metrics"),
+        graph=dict(
+            train=train_graph,
+            val=val_graph,
+            changes=(first.get("graph_changes") or {}).get("changed", []),
+            kept=(first.get("graph_changes") or {}).get("kept", []),
+            stalls=graphs.stalls(train_graph, val_graph, factor),
+        )
+        if train_graph or val_graph
+        else None,
         sync_bn=first.get("sync_bn"),
         amp=first.get("amp"),
         optim_wrapper=first.get("optim_wrapper"),
@@ -266,6 +284,43 @@ def _gib(n: int) -> str:
 
 def _num(value) -> str:
     return "-" if value is None else f"{value:.5f}"
+
+
+def _graph_lines(graph: Optional[dict]) -> List[str]:
+    """The lazy card's graphs, as the report prints them."""
+    if not graph:
+        return []
+    out = []
+    train, val = graph.get("train"), graph.get("val")
+    if train:
+        later = (
+            f", {train['runs_later']} after warm-up"
+            if train["runs_later"] is not None
+            else " (warm-up only: --iters 3 or more shows a step after it)"
+        )
+        out.append(f"  graph runs per step: {train['runs_first']} in the first{later}")
+        compiles = f"{train['compiles_warm_up']} in the first {min(train['steps'], 2)} step(s)"
+        if train["compiles_later"] is not None:
+            compiles += f", {train['compiles_later']} in {train['steps_later']} after"
+        out.append(f"  graphs compiled in training: {compiles}")
+        for cut in train["cuts"]:
+            out.append(
+                f"  extra graph run: {cut['per_step']} a step, {cut['what']} ({cut['cause']}) at "
+                f"{cut['caller']}"
+            )
+    if val:
+        out.append(
+            f"  validation: {val['compiles']} graph(s) compiled for {val['images']} image(s) of "
+            f"{val['input_shapes']} input shape(s); {val['runs_per_image']} graph run(s) per image"
+        )
+    for change in graph.get("changes", ()):
+        out.append(f"  kept whole by mmgcu: {change}")
+    for head in graph.get("kept", ()):
+        out.append(f"  not changed: {head}'s own loss code (its acc_seg cuts the graph)")
+    for stall in graph.get("stalls", ()):
+        out.append(f"  STALLS THE CARD: {stall['what']}: {stall['cost']}")
+        out.append(f"  fix: {stall['fix']}")
+    return out
 
 
 def format_report(report: dict) -> str:
@@ -311,8 +366,7 @@ def format_report(report: dict) -> str:
                 "(on torch_gcu 1.x it runs the pending lazy graph); the model's code reads "
                 "card values every iteration"
             )
-        if s.get("graph_runs_per_step") is not None:
-            out.append(f"  lazy graph runs per step: {s['graph_runs_per_step']}")
+        out += _graph_lines(s.get("graph"))
         sync = s.get("sync_bn") or {}
         out.append(
             f"  SyncBN: {sync.get('layers', 0)} layer(s) {sync.get('classes', {})}, group "
@@ -332,12 +386,16 @@ def format_report(report: dict) -> str:
         if s.get("val"):
             out.append(f"  val: {s['val']}")
     out.append(f"  report: {report['json']}  log: {', '.join(report['logs'])}")
-    out.append(
-        "  verdict: "
-        + (
-            f"PASSED: launch it on the {report['hardware']} with mmgcu train CONFIG"
-            if report["passed"]
-            else f"FAILED: fix the error above before the {report['hardware']} sees this config"
+    stalling = ((s or {}).get("graph") or {}).get("stalls")
+    if not report["passed"]:
+        verdict = f"FAILED: fix the error above before the {report['hardware']} sees this config"
+    elif stalling:
+        verdict = (
+            f"PASSED, BUT IT STALLS THE CARD ({len(stalling)} cause(s) above): it runs on the "
+            f"{report['hardware']} (mmgcu train CONFIG), at a fraction of the card's pace until "
+            "the fixes above are made"
         )
-    )
+    else:
+        verdict = f"PASSED: launch it on the {report['hardware']} with mmgcu train CONFIG"
+    out.append(f"  verdict: {verdict}")
     return "\n".join(out)

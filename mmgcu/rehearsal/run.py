@@ -27,6 +27,8 @@ from .hook import OUT_DIR
 GIB = report.GIB
 T20_MEMORY_GIB = plan.T20_MEMORY_GIB
 MARK = "rehearsal.json"
+#: Validation images per card: enough shapes to see what each new one costs a lazy card.
+VAL_IMAGES_PER_CARD = 8
 
 
 def _options(cfg_options: Optional[Dict[str, object]]) -> List[str]:
@@ -90,7 +92,7 @@ def rehearse(
     config: str,
     cards: int = 8,
     hardware: str = "t20",
-    iters: int = 2,
+    iters: int = 3,
     scale: str = "small",
     card_memory_gib: float = T20_MEMORY_GIB,
     cfg_options: Optional[Dict[str, object]] = None,
@@ -171,29 +173,27 @@ def rehearse(
     result["config_crop"] = list(changes["config_crop"])
     result["notes"] = changes["notes"]
     batch = int(derived["train_dataloader"].get("batch_size", 1))
+    side = changes["image_side"]
     written = data.write_dataset(
         data_root,
         derived["train_dataloader"]["dataset"],
         "train",
-        cards * batch,
-        changes["image_side"],
+        [(side, side)] * (cards * batch),
         derived["model"],
     )
+    val = "no val"
     if changes["has_val"]:
-        data.write_dataset(
-            data_root,
-            derived["val_dataloader"]["dataset"],
-            "val",
-            cards,
-            changes["image_side"],
-            derived["model"],
-            seed=1,
+        sizes, where = data.val_sizes(
+            cfg.val_dataloader.dataset, cards * VAL_IMAGES_PER_CARD, side, changes["factor"]
         )
+        data.write_dataset(
+            data_root, derived["val_dataloader"]["dataset"], "val", sizes, derived["model"], seed=1
+        )
+        val = f"{len(sizes)} val images of {len(set(sizes))} sizes ({where})"
     result["notes"].append(
         f"data: synthetic {written['type']} ({written['labels']} labels, ignore index "
-        f"{written['ignore_index']}, {written['image_side']} px images, {written['count']} "
-        f"train / {cards if changes['has_val'] else 0} val) through the config's own "
-        "pipelines; data loaders with num_workers=0"
+        f"{written['ignore_index']}, {written['count']} train images of {side} px, {val}) "
+        "through the config's own pipelines; data loaders with num_workers=0"
     )
     for note in result["notes"]:
         echo(f"note: {note}")
@@ -227,7 +227,9 @@ def rehearse(
     result["phases"] = report.phases_of(
         trained, resumed, cards, iters, device, checkpoint, changes["has_val"]
     )
-    result["summary"] = report.summarise(trained, resumed, cards, int(card_memory_gib * GIB))
+    result["summary"] = report.summarise(
+        trained, resumed, cards, int(card_memory_gib * GIB), changes["factor"]
+    )
     failed = next((p for p in result["phases"] if p["status"] == "failed"), None)
     if failed is None and all(code == 0 for code in codes):
         return finish()

@@ -38,7 +38,7 @@ def lowered(name: str) -> List[str]:
     # on torch 1.10 the card sees _cat where torch_xla (either version) lowers cat itself
     common = xla_ops.AUTOGRAD_BACKWARD | xla_ops.REACHED_THROUGH_LOWERED_1_10
     if name == "xla-cpu":
-        return sorted(xla_ops.LOWERED_2_9 | common)
+        return sorted(xla_ops.LOWERED_2_9 | xla_ops.COMPOSITE_2_9 | common)
     ops = xla_ops.LOWERED_1_10 | xla_ops.COMPOSITE_1_10 | xla_ops.NEW_IN_TORCH2_LOWERED
     return sorted(ops | common)
 
@@ -63,7 +63,7 @@ def short_path(path: str) -> str:
 def caller() -> str:
     """``file:line`` of the innermost Python frame outside torch and the simulator, or
     ``backward`` on autograd's thread (no Python frame there)."""
-    frame = sys._getframe(1)
+    frame = sys._getframe(0)
     while frame is not None:
         path = frame.f_code.co_filename
         if not path.startswith(_SKIP) and not path.startswith("<"):
@@ -98,7 +98,7 @@ def metrics_report() -> str:
     for metric, samples in (("CompileTime", counts["UncachedCompile"]), ("ExecuteTime", runs)):
         lines += [f"Metric: {metric}", f"  TotalSamples: {samples}", "  Accumulator: 0ns"]
         lines.append("  Percentiles: ")
-    names = ["CachedCompile", "UncachedCompile"] + sorted(k for k in counts if k.startswith("aten::"))
-    for name in sorted(names):
+    fallbacks = [k for k in counts if k.startswith("aten::")]
+    for name in sorted(["CachedCompile", "UncachedCompile"] + fallbacks):
         lines += [f"Counter: {name}", f"  Value: {counts[name]}"]
     return "\n".join(lines) + "\n"

@@ -43,7 +43,8 @@ LOWERED_1_10 = frozenset(
     """.split()
 )
 
-#: torch_xla 2.9 (the conformance suite's real runtime): ``codegen/xla_native_functions.yaml``.
+#: torch_xla 2.9 (the conformance suite's real runtime): its yaml's ops and those with an XLA
+#: kernel in its live dispatcher.
 LOWERED_2_9 = frozenset(
     """
     __ilshift_ __irshift_ __lshift_ __rshift_ _adaptive_avg_pool2d _adaptive_avg_pool2d_backward
@@ -89,46 +90,52 @@ LOWERED_2_9 = frozenset(
     sub sum svd t t_copy take tan tanh tanh_backward threshold threshold_backward topk trace
     transpose_copy triangular_solve tril triu trunc unbind_copy uniform unsqueeze_copy
     upsample_bilinear2d upsample_bilinear2d_backward upsample_nearest2d upsample_nearest2d_backward
-    var var_mean view view_as_complex_copy view_as_real_copy view_copy where xlogy zero
+    upsample_trilinear3d var var_mean view view_as_complex_copy view_as_real_copy view_copy where
+    xlogy zero
     """.split()
 )
 
-#: Ops that torch 1.10 decomposes before they reach a backend (CompositeImplicitAutograd
-#: there): on torch 1.10 they never reach the card, so where torch 2 sends them to it, the
-#: T20 runs what 1.10 decomposes them into.
+#: Ops with a composite kernel in torch 1.10 (CompositeImplicitAutograd or
+#: CompositeExplicitAutograd): on a card that does not register them they decompose into
+#: others, so where torch 2 sends one to the card whole, the T20 runs what 1.10 makes of it.
 COMPOSITE_1_10 = frozenset(
     """
     __and_ __iand_ __ior_ __ixor_ __or_ __xor_ _add_batch_dim _backward _baddbmm_mkl
     _batch_norm_impl_index _batch_norm_impl_index_backward _cast_Byte _cast_Char _cast_Double
-    _cast_Float _cast_Half _cast_Int _cast_Long _cast_Short _choose_qparams_per_tensor _convolution
-    _convolution_double_backward _convolution_mode _convolution_nogroup _cufft_clear_plan_cache
-    _cufft_get_plan_cache_max_size _cufft_get_plan_cache_size _cufft_set_plan_cache_max_size
-    _debug_has_internal_overlap _dim_arange _embedding_bag_backward _embedding_bag_sparse_backward
+    _cast_Float _cast_Half _cast_Int _cast_Long _cast_Short _choose_qparams_per_tensor _conj
+    _conj_physical _convert_indices_from_coo_to_csr _convolution _convolution_double_backward
+    _convolution_mode _convolution_nogroup _cufft_clear_plan_cache _cufft_get_plan_cache_max_size
+    _cufft_get_plan_cache_size _cufft_set_plan_cache_max_size _debug_has_internal_overlap
+    _dim_arange _embedding_bag_backward _embedding_bag_sparse_backward _euclidean_dist
     _fake_quantize_learnable_per_channel_affine_backward
-    _fake_quantize_learnable_per_tensor_affine_backward _gather_sparse_backward
-    _grid_sampler_2d_cpu_fallback_backward _has_compatible_shallow_copy_type _make_dual
-    _nnpack_available _nnpack_spatial_convolution_backward
+    _fake_quantize_learnable_per_tensor_affine_backward _fw_primal _gather_sparse_backward
+    _grid_sampler_2d_cpu_fallback _grid_sampler_2d_cpu_fallback_backward
+    _has_compatible_shallow_copy_type _make_dual _neg_view _nnpack_available
+    _nnpack_spatial_convolution _nnpack_spatial_convolution_backward
     _nnpack_spatial_convolution_backward_input _nnpack_spatial_convolution_backward_weight
     _pack_padded_sequence_backward _pad_packed_sequence _remove_batch_dim _reshape_from_tensor
     _rowwise_prune _saturate_weight_to_fp16 _shape_as_tensor _sobol_engine_draw _sobol_engine_ff
-    _sobol_engine_initialize_state _sobol_engine_scramble _sparse_coo_tensor_unsafe
-    _sparse_csr_tensor_unsafe _sparse_log_softmax _sparse_mm _sparse_softmax _sparse_sum
+    _sobol_engine_initialize_state _sobol_engine_scramble _sparse_addmm _sparse_coo_tensor_unsafe
+    _sparse_csr_tensor_unsafe _sparse_log_softmax _sparse_mm _sparse_softmax _sparse_sum _stack
     _test_ambiguous_defaults _test_serialization_subcmul _test_string_default
-    _thnn_differentiable_gru_cell_backward _thnn_differentiable_lstm_cell_backward _unpack_dual
-    _use_cudnn_rnn_flatten_weight _validate_sparse_coo_tensor_args _validate_sparse_csr_tensor_args
-    _version _weight_norm _weight_norm_differentiable_backward absolute adaptive_avg_pool1d
-    adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool1d addr affine_grid_generator_backward
-    align_as align_tensors align_to allclose alpha_dropout arccos arccosh arcsin arcsinh arctan
-    arctanh argsort atleast_1d atleast_2d atleast_3d avg_pool1d bartlett_window batch_norm bilinear
-    binary_cross_entropy_with_logits_backward blackman_window block_diag broadcast_tensors
-    broadcast_to can_cast capitalize cartesian_prod cdist center chain_matmul
-    choose_qparams_optimized chunk clip coalesce column_stack combinations concat conj
-    conj_physical contiguous conv1d conv2d conv3d conv_tbc_backward conv_transpose1d
-    conv_transpose2d conv_transpose3d convolution corrcoef cosine_embedding_loss cosine_similarity
-    count cov cross_entropy_loss ctc_loss cudnn_is_acceptable cummax cummaxmin_backward cummin
-    cumprod_backward cumulative_trapezoid data det diag_backward diag_embed diagflat diff divide
-    dropout dsplit dstack einsum embedding_backward embedding_bag embedding_sparse_backward
-    empty_like endswith expand_as expandtabs fake_quantize_per_channel_affine
+    _thnn_differentiable_gru_cell_backward _thnn_differentiable_lstm_cell_backward _to_copy
+    _unpack_dual _use_cudnn_rnn_flatten_weight _validate_sparse_coo_tensor_args
+    _validate_sparse_csr_tensor_args _version _weight_norm _weight_norm_differentiable_backward
+    absolute adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool1d
+    adaptive_max_pool3d adaptive_max_pool3d_backward addmv addr affine_grid_generator
+    affine_grid_generator_backward align_as align_tensors align_to allclose alpha_dropout aminmax
+    arccos arccosh arcsin arcsinh arctan arctanh argsort atleast_1d atleast_2d atleast_3d
+    avg_pool1d bartlett_window batch_norm bilinear binary_cross_entropy_with_logits_backward
+    bitwise_left_shift bitwise_right_shift blackman_window block_diag broadcast_tensors
+    broadcast_to can_cast capitalize cartesian_prod cdist celu center chain_matmul cholesky_solve
+    choose_qparams_optimized chunk clip coalesce column_stack combinations complex concat conj
+    conj_physical contiguous conv1d conv2d conv3d conv_tbc conv_tbc_backward conv_transpose1d
+    conv_transpose2d conv_transpose3d convolution copy copysign corrcoef cosine_embedding_loss
+    cosine_similarity count count_nonzero cov cross_entropy_loss ctc_loss cudnn_is_acceptable
+    cummax cummaxmin_backward cummin cumprod_backward cumulative_trapezoid data deg2rad det detach
+    diag_backward diag_embed diagflat diagonal_backward diff digamma dist divide dropout dsplit
+    dstack eig einsum embedding_backward embedding_bag embedding_sparse_backward empty_like
+    endswith exp2 expand_as expandtabs fake_quantize_per_channel_affine
     fake_quantize_per_channel_affine_cachemask_backward fake_quantize_per_tensor_affine
     fake_quantize_per_tensor_affine_cachemask_backward fbgemm_linear_fp16_weight
     fbgemm_linear_fp16_weight_fp32_activation fbgemm_linear_int8_weight
@@ -137,39 +144,218 @@ COMPOSITE_1_10 = frozenset(
     fft_fft fft_fft2 fft_fftfreq fft_fftn fft_fftshift fft_hfft fft_ifft fft_ifft2 fft_ifftn
     fft_ifftshift fft_ihfft fft_irfft fft_irfft2 fft_irfftn fft_rfft fft_rfft2 fft_rfftfreq
     fft_rfftn fill_diagonal find fix flatten flatten_dense_tensors fliplr flipud float_power
-    floor_divide frobenius_norm full full_like fused_moving_avg_obs_fake_quant gather_backward
-    get_gradients gradient greater greater_equal grid_sampler group_norm gru gru_cell
-    hamming_window hann_window hinge_embedding_loss hsplit hstack imag index_select_backward
-    infinitely_differentiable_gelu_backward inner instance_norm is_complex is_conj is_distributed
-    is_floating_point is_inference is_leaf is_neg is_nonzero is_same_size is_signed
-    is_vulkan_available isclose isfinite isidentifier isinf islower isprintable isreal istft
-    istitle isupper item join kaiser_window kron layer_norm ldexp less less_equal linalg_cholesky
-    linalg_cond linalg_det linalg_eigvals linalg_eigvalsh linalg_inv linalg_matmul
+    floor_divide fmax fmin fractional_max_pool2d frexp frobenius_norm full full_like
+    fused_moving_avg_obs_fake_quant gather_backward gcd get_gradients glu gradient greater
+    greater_equal grid_sampler group_norm gru gru_cell hamming_window hann_window heaviside
+    hinge_embedding_loss hsplit hstack huber_loss_backward hypot i0 igamma igammac imag
+    index_select_backward infinitely_differentiable_gelu_backward inner instance_norm is_complex
+    is_conj is_distributed is_floating_point is_inference is_leaf is_neg is_nonzero is_pinned
+    is_same_size is_signed is_vulkan_available isclose isfinite isidentifier isin isinf islower
+    isneginf isposinf isprintable isreal istft istitle isupper item join kaiser_window kron
+    layer_norm lcm ldexp less less_equal lgamma linalg_cholesky linalg_cond linalg_det
+    linalg_eigvals linalg_eigvalsh linalg_inv linalg_inv_ex linalg_lstsq linalg_matmul
     linalg_matrix_norm linalg_matrix_power linalg_matrix_rank linalg_multi_dot linalg_norm
-    linalg_pinv linalg_svd linalg_svdvals linalg_tensorinv linalg_tensorsolve linear linspace ljust
-    log_sigmoid log_softmax logcumsumexp logspace lstm lstm_cell lstrip margin_ranking_loss
-    masked_select_backward matmul matrix_exp_backward matrix_power matrix_rank max_pool1d
-    max_pool1d_with_indices median meshgrid mish_backward mkldnn_convolution_backward_input
-    mkldnn_convolution_backward_weights mode moveaxis movedim msort multilabel_margin_loss multiply
-    nanmean nanmedian nanquantile narrow native_group_norm native_layer_norm negative new_empty
-    new_empty_strided new_full new_ones new_zeros nll_loss nll_loss2d nll_loss_nd nonzero_numpy
-    norm_except_dim not_equal nuclear_norm numpy_T one_hot ones ones_like orgqr outer output_nr
-    pad_sequence pairwise_distance partition pdist pin_memory pinverse pixel_shuffle
-    pixel_unshuffle poisson_nll_loss positive promote_types quantile quantized_gru_cell
-    quantized_lstm_cell quantized_rnn_relu_cell quantized_rnn_tanh_cell rand rand_like randint
-    randint_like randn randn_like randperm range ravel real refine_names relu6 rename
-    repeat_interleave replace requires_grad reshape reshape_as resolve_conj resolve_neg result_type
-    retain_grad retains_grad rfind rindex rjust rnn_relu rnn_relu_cell rnn_tanh rnn_tanh_cell
-    row_stack rpartition rrelu rsplit rstrip scalar_tensor selu set_data size slow_conv3d smm
-    softmax sparse_coo_tensor sparse_csr_tensor special_digamma special_erf special_erfc
-    special_erfinv special_exp2 special_expit special_expm1 special_gammainc special_gammaincc
-    special_gammaln special_i0 special_log1p special_log_softmax special_logit special_logsumexp
-    special_multigammaln special_ndtr special_polygamma special_psi special_round special_sinc
-    special_xlogy splitlines square sspaddmm startswith stft stride strip subtract sum_to_size
-    swapaxes swapdims take_along_dim tensor_split tensordot thnn_conv2d tile title to
+    linalg_pinv linalg_qr linalg_svd linalg_svdvals linalg_tensorinv linalg_tensorsolve linear
+    linspace ljust log_sigmoid log_softmax logaddexp logaddexp2 logcumsumexp logit_backward
+    logspace lstm lstm_cell lstrip margin_ranking_loss masked_select_backward matmul
+    matrix_exp_backward matrix_power matrix_rank max_pool1d max_pool1d_with_indices median meshgrid
+    mish mish_backward mkldnn_convolution mkldnn_convolution_backward
+    mkldnn_convolution_backward_input mkldnn_convolution_backward_weights mode moveaxis movedim
+    msort multilabel_margin_loss multiply mvlgamma nanmean nanmedian nanquantile narrow narrow_copy
+    native_group_norm native_layer_norm negative new_empty new_empty_strided new_full new_ones
+    new_zeros nextafter nll_loss nll_loss2d nll_loss_nd nonzero_numpy norm_except_dim not_equal
+    nuclear_norm numpy_T one_hot ones ones_like orgqr outer output_nr pad_sequence
+    pairwise_distance partition pdist pin_memory pinverse pixel_shuffle pixel_unshuffle
+    poisson_nll_loss polar polygamma positive promote_types quantile quantized_gru_cell
+    quantized_lstm_cell quantized_rnn_relu_cell quantized_rnn_tanh_cell rad2deg rand rand_like
+    randint randint_like randn randn_like randperm range ravel real refine_names reflection_pad1d
+    reflection_pad1d_backward reflection_pad3d reflection_pad3d_backward relu6 rename renorm
+    repeat_interleave replace replication_pad3d requires_grad reshape reshape_as resize_as
+    resolve_conj resolve_neg result_type retain_grad retains_grad rfind rindex rjust rnn_relu
+    rnn_relu_cell rnn_tanh rnn_tanh_cell rot90 row_stack rpartition rrelu rsplit rstrip
+    scalar_tensor select_backward selu set_data signbit sinc size slice_backward slogdet
+    slow_conv3d slow_conv_transpose2d smm soft_margin_loss soft_margin_loss_backward softmax solve
+    sparse_coo_tensor sparse_csr_tensor special_digamma special_entr special_erf special_erfc
+    special_erfcx special_erfinv special_exp2 special_expit special_expm1 special_gammainc
+    special_gammaincc special_gammaln special_i0 special_i0e special_i1 special_i1e special_log1p
+    special_log_softmax special_logit special_logsumexp special_multigammaln special_ndtr
+    special_ndtri special_polygamma special_psi special_round special_sinc special_xlog1py
+    special_xlogy special_zeta splitlines square sspaddmm startswith stft stride strip subtract
+    sum_to_size swapaxes swapdims take_along_dim tensor_split tensordot thnn_conv2d tile title to
     to_dense_backward to_mkldnn_backward trace_backward trapezoid trapz triplet_margin_loss
-    true_divide type_as unflatten unflatten_dense_tensors unsafe_chunk
-    value_selecting_reduction_backward vander view_as vsplit vstack where zeros zeros_like zfill
+    true_divide type_as unflatten unflatten_dense_tensors unsafe_chunk unsafe_split
+    unsafe_split_with_sizes upsample_bicubic2d upsample_bicubic2d_backward upsample_linear1d
+    upsample_linear1d_backward upsample_nearest1d upsample_nearest1d_backward upsample_nearest3d
+    upsample_nearest3d_backward upsample_trilinear3d upsample_trilinear3d_backward
+    value_selecting_reduction_backward vander vdot view_as vsplit vstack where xlogy zeros
+    zeros_like zfill
+    """.split()
+)
+
+#: The same in torch 2.9, for the conformance suite's profile.
+COMPOSITE_2_9 = frozenset(
+    """
+    __and_ __iand_ __ior_ __ixor_ __or_ __xor_ _add_batch_dim _add_relu _aminmax _assert_scalar
+    _assert_tensor_metadata _autocast_to_full_precision _autocast_to_reduced_precision _backward
+    _batch_norm_impl_index _batch_norm_impl_index_backward _batch_norm_no_update
+    _batch_norm_with_update_functional _cast_Byte _cast_Char _cast_Double _cast_Float _cast_Half
+    _cast_Int _cast_Long _cast_Short _cdist_backward _cholesky_solve_helper
+    _choose_qparams_per_tensor _chunk_cat _coalesce _coalesced _conj _conj_physical
+    _convolution_double_backward _convolution_mode _ctc_loss _ctc_loss_backward _cudnn_ctc_loss
+    _cudnn_init_dropout_state _cudnn_rnn _cudnn_rnn_backward _cudnn_rnn_flatten_weight
+    _cufft_clear_plan_cache _cufft_get_plan_cache_max_size _cufft_get_plan_cache_size
+    _cufft_set_plan_cache_max_size _debug_has_internal_overlap _dim_arange _dirichlet_grad
+    _efficientzerotensor _embedding_bag _embedding_bag_dense_backward
+    _embedding_bag_per_sample_weights_backward _embedding_bag_sparse_backward
+    _empty_affine_quantized _empty_per_channel_affine_quantized
+    _fake_quantize_learnable_per_channel_affine _fake_quantize_learnable_per_tensor_affine
+    _fake_quantize_per_tensor_affine_cachemask_tensor_qparams _foobar _foreach_abs _foreach_acos
+    _foreach_add _foreach_addcdiv _foreach_addcmul _foreach_asin _foreach_atan _foreach_ceil
+    _foreach_clamp_max _foreach_clamp_min _foreach_copy _foreach_cos _foreach_cosh _foreach_div
+    _foreach_erf _foreach_erfc _foreach_exp _foreach_expm1 _foreach_floor _foreach_frac
+    _foreach_lerp _foreach_lgamma _foreach_log _foreach_log10 _foreach_log1p _foreach_log2
+    _foreach_max _foreach_maximum _foreach_minimum _foreach_mul _foreach_neg _foreach_norm
+    _foreach_pow _foreach_reciprocal _foreach_round _foreach_rsqrt _foreach_sigmoid _foreach_sign
+    _foreach_sin _foreach_sinh _foreach_sqrt _foreach_sub _foreach_tan _foreach_tanh _foreach_trunc
+    _foreach_zero _functional_assert_scalar _functional_sym_constrain_range
+    _functional_sym_constrain_range_for_size _fused_adagrad _fused_adam _fused_adamw _fused_dropout
+    _fused_moving_avg_obs_fq_helper _fused_moving_avg_obs_fq_helper_functional _fused_rms_norm
+    _fused_sgd _fw_primal _fw_primal_copy _gather_sparse_backward _grid_sampler_2d_cpu_fallback
+    _grid_sampler_2d_cpu_fallback_backward _grouped_mm _has_compatible_shallow_copy_type
+    _has_same_storage_numel _histogramdd_bin_edges _histogramdd_from_bin_cts
+    _histogramdd_from_bin_tensors _indices_copy _is_all_true _is_any_true _is_zerotensor
+    _lazy_clone _linalg_check_errors _lstm_mps _lu_with_info _make_dual _make_dual_copy
+    _make_per_channel_quantized_tensor _make_per_tensor_quantized_tensor _masked_scale
+    _masked_softmax _masked_softmax_backward _mkldnn_reshape _mkldnn_transpose _mps_convolution
+    _mps_convolution_transpose _native_batch_norm_legit_functional
+    _native_batch_norm_legit_no_training _native_multi_head_attention _neg_view _neg_view_copy
+    _nested_from_padded _nested_from_padded_and_nested_example _nested_get_values_copy
+    _nested_tensor_from_mask _nested_tensor_from_tensor_list _nested_tensor_size
+    _nested_tensor_storage_offsets _nested_tensor_strides _nested_view_from_buffer_copy
+    _nested_view_from_jagged_copy _new_zeros_with_same_feature_meta _nnpack_available
+    _nnpack_spatial_convolution _pack_padded_sequence_backward _pad_circular _pad_enum
+    _pad_packed_sequence _pdist_backward _pin_memory _print _remove_batch_dim _reshape_alias_copy
+    _reshape_copy _reshape_from_tensor _resize_output _rowwise_prune _safe_softmax
+    _sample_dirichlet _saturate_weight_to_fp16 _scaled_dot_product_attention_math
+    _scaled_dot_product_fused_attention_overrideable
+    _scaled_dot_product_fused_attention_overrideable_backward _segment_reduce_backward
+    _shape_as_tensor _slow_conv2d_backward _sobol_engine_draw _sobol_engine_ff
+    _sobol_engine_initialize_state _sobol_engine_scramble _sparse_addmm _sparse_broadcast_to_copy
+    _sparse_bsc_tensor_unsafe _sparse_bsr_tensor_unsafe _sparse_compressed_tensor_unsafe
+    _sparse_compressed_tensor_with_dims _sparse_coo_tensor_unsafe _sparse_coo_tensor_with_dims
+    _sparse_coo_tensor_with_dims_and_tensors _sparse_csc_tensor_unsafe _sparse_csr_prod
+    _sparse_csr_sum _sparse_csr_tensor_unsafe _sparse_log_softmax _sparse_log_softmax_backward_data
+    _sparse_mask_projection _sparse_mm _sparse_softmax _sparse_softmax_backward_data
+    _sparse_sparse_matmul _sparse_sum _sparse_sum_backward _spdiags _stack _standard_gamma
+    _standard_gamma_grad _test_ambiguous_defaults _test_autograd_multiple_dispatch
+    _test_autograd_multiple_dispatch_view _test_autograd_multiple_dispatch_view_copy
+    _test_check_tensor _test_functorch_fallback _test_optional_filled_intlist
+    _test_optional_floatlist _test_optional_intlist _test_parallel_materialize
+    _test_serialization_subcmul _test_string_default _test_warn_in_autograd
+    _thnn_differentiable_gru_cell_backward _thnn_differentiable_lstm_cell_backward
+    _thnn_fused_gru_cell _thnn_fused_gru_cell_backward _thnn_fused_lstm_cell
+    _thnn_fused_lstm_cell_backward _thnn_fused_lstm_cell_backward_impl _to_dense _to_sparse
+    _to_sparse_bsc _to_sparse_bsr _to_sparse_csc _to_sparse_csr _transform_bias_rescale_qkv
+    _transformer_encoder_layer_fwd _triton_multi_head_attention _triton_scaled_dot_attention
+    _unique _unique2 _unpack_dual _unsafe_index _unsafe_index_put _unsafe_masked_index
+    _unsafe_masked_index_put_accumulate _upsample_bicubic2d_aa _upsample_bilinear2d_aa
+    _upsample_nearest_exact1d _upsample_nearest_exact2d _upsample_nearest_exact3d
+    _use_cudnn_rnn_flatten_weight _validate_sparse_bsc_tensor_args _validate_sparse_bsr_tensor_args
+    _validate_sparse_compressed_tensor_args _validate_sparse_coo_tensor_args
+    _validate_sparse_csc_tensor_args _validate_sparse_csr_tensor_args _values_copy _version
+    _weight_norm _weight_norm_differentiable_backward _weight_norm_interface
+    _weight_norm_interface_backward _wrapped_linear_prepack _wrapped_quantized_linear_prepacked
+    absolute adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool1d addr
+    adjoint affine_grid_generator_backward align_as align_tensors align_to allclose alpha_dropout
+    arccos arccosh arcsin arcsinh arctan arctan2 arctanh argsort argwhere atleast_1d atleast_2d
+    atleast_3d avg_pool1d bartlett_window batch_norm batch_norm_backward_elemt
+    batch_norm_backward_reduce batch_norm_gather_stats batch_norm_gather_stats_with_counts
+    batch_norm_stats batch_norm_update_stats bilinear bincount binomial blackman_window
+    broadcast_tensors broadcast_to bucketize can_cast cartesian_prod cauchy ccol_indices
+    ccol_indices_copy cdist chain_matmul chalf channel_shuffle cholesky_solve
+    choose_qparams_optimized chunk clip coalesce col_indices col_indices_copy column_stack
+    combinations complex concat concatenate conj conj_physical contiguous conv1d conv2d conv3d
+    conv_depthwise3d conv_tbc conv_tbc_backward conv_transpose1d conv_transpose2d conv_transpose3d
+    convolution copy_sparse_to_sparse copysign corrcoef cosine_embedding_loss cosine_similarity cov
+    cross_entropy_loss crow_indices crow_indices_copy ctc_loss cudnn_affine_grid_generator
+    cudnn_affine_grid_generator_backward cudnn_batch_norm_backward cudnn_convolution_add_relu
+    cudnn_convolution_relu cudnn_convolution_transpose cudnn_grid_sampler
+    cudnn_grid_sampler_backward cudnn_is_acceptable cummaxmin_backward cummin cumprod_backward
+    cumulative_trapezoid data deg2rad dense_dim dequantize det detach diagflat diff dist divide
+    dropout dsplit dstack embedding_backward embedding_bag embedding_renorm
+    embedding_sparse_backward empty_like empty_permuted empty_quantized expand_as
+    fake_quantize_per_channel_affine fake_quantize_per_channel_affine_cachemask
+    fake_quantize_per_channel_affine_cachemask_backward fake_quantize_per_tensor_affine
+    fake_quantize_per_tensor_affine_cachemask fake_quantize_per_tensor_affine_cachemask_backward
+    fbgemm_linear_fp16_weight fbgemm_linear_fp16_weight_fp32_activation fbgemm_linear_int8_weight
+    fbgemm_linear_int8_weight_fp32_activation fbgemm_linear_quantize_weight
+    fbgemm_pack_gemm_matrix_fp16 fbgemm_pack_quantized_matrix feature_alpha_dropout feature_dropout
+    fft_fft fft_fft2 fft_fftfreq fft_fftn fft_fftshift fft_hfft fft_hfft2 fft_hfftn fft_ifft
+    fft_ifft2 fft_ifftn fft_ifftshift fft_ihfft fft_ihfft2 fft_ihfftn fft_irfft fft_irfft2
+    fft_irfftn fft_rfft fft_rfft2 fft_rfftfreq fft_rfftn fill_diagonal fix flatten
+    flatten_dense_tensors fliplr flipud float_power frexp frobenius_norm from_file full_like
+    fused_moving_avg_obs_fake_quant gather_backward geometric ger get_gradients glu_backward_jvp
+    glu_jvp gradient greater greater_equal grid_sampler grid_sampler_2d grid_sampler_2d_backward
+    grid_sampler_3d grid_sampler_3d_backward group_norm gru gru_cell hamming_window hann_window
+    hinge_embedding_loss histogramdd hsplit hstack huber_loss_backward imag index_select_backward
+    indices indices_copy infinitely_differentiable_gelu_backward inner instance_norm int_repr
+    is_coalesced is_complex is_conj is_distributed is_floating_point is_inference is_leaf is_neg
+    is_nonzero is_pinned is_same_size is_signed is_vulkan_available isclose isfinite isinf isreal
+    istft item kaiser_window kron l1_loss layer_norm ldexp less less_equal lift_fresh_copy
+    linalg_cholesky linalg_cond linalg_det linalg_diagonal linalg_eigh linalg_eigvals
+    linalg_eigvalsh linalg_inv linalg_ldl_factor linalg_lstsq linalg_lu_factor linalg_matmul
+    linalg_matrix_exp linalg_matrix_norm linalg_matrix_power linalg_matrix_rank linalg_multi_dot
+    linalg_norm linalg_slogdet linalg_solve linalg_solve_ex linalg_svd linalg_svdvals
+    linalg_tensorinv linalg_tensorsolve linalg_vander linalg_vecdot linear linear_backward
+    log_normal log_sigmoid log_softmax logcumsumexp logspace lstm lstm_cell lstm_mps_backward
+    lu_solve mH mT margin_ranking_loss masked_scatter_backward masked_select_backward matmul
+    matmul_backward matrix_H matrix_exp matrix_exp_backward matrix_power max_pool1d
+    max_pool1d_with_indices max_pool2d_backward median meshgrid miopen_batch_norm
+    miopen_batch_norm_backward miopen_convolution miopen_convolution_transpose
+    miopen_depthwise_convolution miopen_rnn miopen_rnn_backward mish_backward
+    mkldnn_adaptive_avg_pool2d_backward mkldnn_convolution mkldnn_linear mkldnn_linear_backward
+    mkldnn_linear_backward_input mkldnn_linear_backward_weights mkldnn_max_pool2d
+    mkldnn_max_pool2d_backward mkldnn_max_pool3d mkldnn_max_pool3d_backward
+    mkldnn_reorder_conv2d_weight mkldnn_reorder_conv3d_weight mkldnn_rnn_layer
+    mkldnn_rnn_layer_backward mode moveaxis movedim mps_convolution_backward
+    mps_convolution_transpose_backward msort multilabel_margin_loss multiply nanmean nanmedian
+    nanquantile narrow native_channel_shuffle native_group_norm_backward native_layer_norm_backward
+    native_norm negative nested_to_padded_tensor new_empty new_full new_ones new_zeros nll_loss
+    nll_loss2d nll_loss_nd nonzero_numpy norm_except_dim normal_functional not_equal nuclear_norm
+    numpy_T one_hot ones ones_like orgqr outer output_nr pad pad_sequence pairwise_distance pdist
+    pin_memory pinverse poisson poisson_nll_loss polar polygamma positive prelu promote_types
+    q_per_channel_scales q_per_channel_zero_points quantile quantize_per_channel
+    quantize_per_tensor quantize_per_tensor_dynamic quantized_batch_norm quantized_gru_cell
+    quantized_lstm_cell quantized_max_pool1d quantized_max_pool2d quantized_max_pool3d
+    quantized_rnn_relu_cell quantized_rnn_tanh_cell rad2deg rand rand_like randint randint_like
+    randn randn_like range ravel real refine_names relu6 rename repeat_interleave requires_grad
+    reshape reshape_as resize_as resize_as_sparse resolve_conj resolve_neg result_type retain_grad
+    retains_grad rms_norm rnn_relu rnn_relu_cell rnn_tanh rnn_tanh_cell rot90 row_indices
+    row_indices_copy row_stack rrelu rrelu_with_noise_functional scalar_tensor
+    scaled_dot_product_attention segment_reduce set_data size slice_inverse slogdet slow_conv3d
+    slow_conv_dilated2d slow_conv_dilated3d smm soft_margin_loss soft_margin_loss_backward softmax
+    sparse_bsc_tensor sparse_bsr_tensor sparse_compressed_tensor sparse_coo_tensor
+    sparse_csc_tensor sparse_csr_tensor sparse_dim sparse_mask sparse_resize
+    sparse_resize_and_clear special_chebyshev_polynomial_t special_chebyshev_polynomial_u
+    special_chebyshev_polynomial_v special_chebyshev_polynomial_w special_digamma special_erf
+    special_erfc special_erfinv special_exp2 special_expit special_expm1 special_gammainc
+    special_gammaincc special_gammaln special_hermite_polynomial_h special_hermite_polynomial_he
+    special_i0 special_laguerre_polynomial_l special_legendre_polynomial_p special_log1p
+    special_log_softmax special_logit special_logsumexp special_multigammaln special_ndtr
+    special_polygamma special_psi special_round special_shifted_chebyshev_polynomial_t
+    special_shifted_chebyshev_polynomial_u special_shifted_chebyshev_polynomial_v
+    special_shifted_chebyshev_polynomial_w special_sinc special_softmax special_xlog1py
+    special_xlogy special_zeta split split_with_sizes square squeeze sspaddmm stft stride subtract
+    sum_to_size swapaxes swapdims sym_constrain_range sym_constrain_range_for_size
+    sym_is_contiguous sym_numel sym_size sym_storage_offset sym_stride take_along_dim tensor_split
+    tensordot thnn_conv2d tile to to_dense to_dense_backward to_mkldnn to_mkldnn_backward
+    to_padded_tensor to_sparse to_sparse_bsc to_sparse_bsr to_sparse_csc to_sparse_csr
+    trace_backward transpose trapezoid trapz tril_indices triplet_margin_loss triu_indices
+    true_divide type_as unbind unflatten unflatten_dense_tensors unfold_backward unfold_copy
+    unique_consecutive unique_dim unique_dim_consecutive unsafe_chunk unsafe_split
+    unsafe_split_with_sizes unsqueeze upsample_bicubic2d upsample_linear1d upsample_nearest1d
+    upsample_nearest3d value_selecting_reduction_backward values values_copy vander vdot view_as
+    vsplit vstack zeros zeros_like
     """.split()
 )
 

@@ -14,9 +14,14 @@ from mmgcu.compat import mmengine as compat
 from tests.conftest import REPO
 
 MMGCU = os.path.join(REPO, "mmgcu")
-#: The modules allowed a private mmengine name: the compat module, and the simulator, which
-#: fakes torch_gcu and imports no mmengine (tests/test_imports.py checks that).
-ALLOWED = {os.path.join(MMGCU, "compat", "mmengine.py"), os.path.join(MMGCU, "sim")}
+#: The modules allowed a private mmengine name: the compat modules (mmseg's mirrored code
+#: reads a private attribute mmseg's preprocessor inherits from mmengine's), and the
+#: simulator, which fakes torch_gcu and imports no mmengine (tests/test_imports.py checks it).
+ALLOWED = {
+    os.path.join(MMGCU, "compat", "mmengine.py"),
+    os.path.join(MMGCU, "compat", "mmseg.py"),
+    os.path.join(MMGCU, "sim"),
+}
 #: torch's private names that mmengine uses too, so they are in its source: BatchNorm's
 #: ``_check_input_dim`` (for subclasses to override) and a state dict's ``_metadata``.
 TORCH_NAMES = {"_check_input_dim", "_metadata"}

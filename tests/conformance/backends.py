@@ -12,6 +12,7 @@ loop cuts its graph (``xm.mark_step()``; the simulated card's ``sync_lived_tenso
 same cut of every live value) and reads ``backend.counts()``.
 """
 
+import importlib
 import os
 from typing import Dict
 
@@ -59,12 +60,11 @@ class SimBackend:
         os.environ.setdefault("MMGCU_SIMULATE", "t20:1")
         os.environ.setdefault("MMGCU_SIM_XLA", "xla-cpu")
         import mmgcu  # noqa: F401 (installs the simulator)
-        import torch_gcu
-
         from mmgcu.sim import graph
 
-        self.torch_gcu, self.graph = torch_gcu, graph
-        self.device = torch_gcu.gcu_device(0)
+        # the simulated torch_gcu, which `import mmgcu` installed
+        self.torch_gcu, self.graph = importlib.import_module("torch_gcu"), graph
+        self.device = self.torch_gcu.gcu_device(0)
 
     def step(self) -> None:
         self.torch_gcu.sync_lived_tensor(0)

@@ -4,6 +4,7 @@ Most tests run over :class:`tests.fakes.FakeTorchGCU1` (every vendor call record
 last runs the accelerator on the real simulated torch_gcu 1.x in a fresh process.
 """
 
+import collections
 import datetime
 import os
 from unittest import mock
@@ -214,8 +215,10 @@ def test_jit_mode_follows_the_world_size(accelerator, vendor, torch_dist, rendez
     torch_dist[0] = world
     accelerator.init_process_groups("gloo")
     assert accelerator.summary()["jit_mode"] == mode
-    accelerator.optimizer_step(mock.Mock(), torch.nn.Linear(1, 1))
-    assert vendor.optimizer_step.call_args.kwargs["mode"] is getattr(fakes.JitRunMode, mode)
+    model = torch.nn.Linear(1, 1)
+    accelerator.optimizer_step(_optimizer(model), model)
+    accelerator.finish_step()
+    assert vendor.unlazy.call_args.kwargs["mode"] is getattr(fakes.JitRunMode, mode)
 
 
 def test_a_configured_jit_mode_is_kept(monkeypatch, torch_dist, rendezvous):
@@ -278,49 +281,114 @@ def test_grad_scaler_avoids_the_host_barrier(accelerator, vendor):
 # -- the step --------------------------------------------------------------------------------
 
 
-def test_optimizer_step_is_one_vendor_step_with_the_model_and_loss(accelerator, vendor):
-    optimizer, model, loss = mock.Mock(), torch.nn.Linear(1, 1), torch.zeros(())
+def _optimizer(model):
+    """A stand-in optimizer of ``model``'s parameters, with no state."""
+    return mock.Mock(
+        param_groups=[dict(params=list(model.parameters()))], state=collections.defaultdict(dict)
+    )
+
+
+def _card(*shape):
+    """A stand-in the accelerator takes for a card tensor (a tensor on an ``xla`` device)."""
+    return mock.NonCallableMock(spec=torch.Tensor, device=torch.device("xla", 0), shape=shape)
+
+
+def test_optimizer_step_steps_now_and_runs_the_graph_at_the_end_of_the_iteration(
+    accelerator, vendor, events
+):
+    """The 1.x step split as its AMP path is: optimizer.step() at once (the vendor's
+    optimizer_step would step it too), the graph of the step's outputs (optimizer_step's
+    with model=: the parameters, the optimizer state, the buffers, the loss) with what the
+    log reads of the iteration, at finish_step."""
+    model = torch.nn.BatchNorm1d(2)
+    optimizer = _optimizer(model)
+    loss, logged = _card(), _card(3)
 
     accelerator.optimizer_step(optimizer, model, loss, closure=None)
-
-    vendor.optimizer_step.assert_called_once_with(
-        optimizer,
-        extra_output=[loss],
-        optimizer_args=dict(closure=None),
-        model=model,
-        mode=fakes.JitRunMode.SAFEASYNC,
-        device=None,
-    )
-    # The vendor call steps the optimizer; a second step of mmgcu's would double it.
     optimizer.step.assert_called_once_with(closure=None)
+    assert vendor.unlazy.call_count == 0 and vendor.optimizer_step.call_count == 0
+
+    accelerator.finish_step([logged])
+    (outputs,), kwargs = vendor.unlazy.call_args
+    params, buffers = list(model.parameters()), list(model.buffers())
+    assert len(outputs) == len(params) + len(buffers) + 2
+    stored = [t.data_ptr() for t in outputs[:-2]]
+    assert stored == [t.data_ptr() for t in params + buffers]
+    assert outputs[-2:] == [loss, logged]
+    assert kwargs == dict(mode=fakes.JitRunMode.SAFEASYNC)
+    accelerator.finish_step([logged])  # nothing left to run
+    assert vendor.unlazy.call_count == 1
+
+
+def test_a_step_no_hook_finished_runs_before_the_next(accelerator, vendor):
+    model = torch.nn.Linear(1, 1)
+    optimizer = _optimizer(model)
+    accelerator.optimizer_step(optimizer, model)
+    accelerator.optimizer_step(optimizer, model)
+    assert vendor.unlazy.call_count == 1 and optimizer.step.call_count == 2
+
+
+def test_finish_step_of_an_iteration_without_a_step_runs_every_live_value(accelerator, vendor):
+    """Gradient accumulation: no optimizer step, yet the log reads the iteration's values."""
+    vendor.sync_lived_tensor = mock.Mock()
+    vendor.cards.current = 3
+    accelerator.finish_step()
+    assert vendor.sync_lived_tensor.call_count == 0
+    accelerator.finish_step([_card()])
+    vendor.sync_lived_tensor.assert_called_once_with(3, mode=fakes.JitRunMode.SAFEASYNC)
 
 
 def test_optimizer_step_without_model_names_the_card(accelerator, vendor):
     vendor.cards.current = 6
     accelerator.optimizer_step(mock.Mock())
     kwargs = vendor.optimizer_step.call_args.kwargs
-    assert (kwargs["extra_output"], kwargs["model"], kwargs["device"]) == (None, None, 6)
+    assert (kwargs.get("model"), kwargs["device"]) == (None, 6)
 
 
 def test_after_amp_step_runs_the_graph_of_the_amp_outputs(accelerator, vendor, events):
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler, loss = object(), torch.zeros(())
+    scaler, loss, collected = object(), _card(), [_card(2), _card()]
+    vendor.collect_amp_training_params.side_effect = lambda *args: collected
 
     accelerator.after_amp_step(optimizer, model, scaler, loss)
+    accelerator.finish_step()
 
     vendor.collect_amp_training_params.assert_called_once_with(model, optimizer, scaler)
     (outputs,), kwargs = vendor.unlazy.call_args
-    assert outputs[:-1] == list(model.parameters()) and outputs[-1] is loss
+    assert outputs == collected + [loss]
     assert kwargs == dict(mode=fakes.JitRunMode.SAFEASYNC)
     assert events == [("unlazy", fakes.JitRunMode.SAFEASYNC)]
 
 
-def test_after_amp_step_without_a_loss(accelerator, vendor):
+def test_after_amp_step_leaves_out_what_is_not_on_the_card(accelerator, vendor):
+    """torch 2's Adam keeps its step count in a CPU tensor, which unlazy would refuse."""
     model = torch.nn.Linear(2, 1)
     accelerator.after_amp_step(torch.optim.SGD(model.parameters(), lr=0.1), model, None, None)
+    accelerator.finish_step()
     (outputs,), _ = vendor.unlazy.call_args
-    assert outputs == list(model.parameters())
+    assert outputs == []
+
+
+def test_compiled_graphs_reads_the_metrics_report(accelerator, vendor):
+    vendor.metrics_report = mock.Mock(
+        return_value="Metric: CompileTime\n  TotalSamples: 7\nCounter: CachedCompile\n"
+        "  Value: 40\nCounter: UncachedCompile\n  Value: 7\n"
+    )
+    assert accelerator.compiled_graphs() == 7
+
+
+@pytest.mark.parametrize(
+    "report", ["", "Compiles: 7", RuntimeError("no metrics")], ids=["empty", "other", "raises"]
+)
+def test_compiled_graphs_is_none_where_the_report_says_nothing_it_knows(
+    accelerator, vendor, report
+):
+    vendor.metrics_report = mock.Mock(
+        side_effect=report if isinstance(report, Exception) else None,
+        return_value=None if isinstance(report, Exception) else report,
+    )
+    assert accelerator.compiled_graphs() is None
 
 
 def test_summary(accelerator):
@@ -359,20 +427,13 @@ def test_on_the_simulated_torch_gcu_1x():
     assert out["group"] == ["torch_gcu.distributed eccl", 1, True]
     assert out["reduced"] == ["xla:1", [2.0, 2.0, 2.0]]
     assert out["summary"]["jit_mode"] == "SAFEASYNC"  # one rank
-    # One graph run per step: optimizer_step with the model's outputs (not every live tensor).
-    assert out["step"] == {
-        "graph_runs": 1,
-        "optimizer_step": 1,
-        "graph_mode_SAFEASYNC": 1,
-        "graph_outputs_all_live": 0,
-    }
+    # One graph run per step: unlazy of the model's outputs (not every live tensor), at the
+    # end of the iteration; the simulated card ran one graph and compiled it.
+    assert out["step"] == {"unlazy": 1, "graph_mode_SAFEASYNC": 1, "graph_outputs_all_live": 0}
+    assert out["step_graphs"] == {"runs.step": 1, "UncachedCompile": 1, "events": 1}
     assert out["stepped"] is True
     assert out["amp_dtype"] == "torch.float16"
     # AMP: the scaler steps; then one unlazy of the AMP outputs.
-    assert out["amp_step"] == {
-        "graph_runs": 1,
-        "unlazy": 1,
-        "graph_mode_SAFEASYNC": 1,
-        "graph_outputs_all_live": 0,
-    }
+    assert out["amp_step"] == {"unlazy": 1, "graph_mode_SAFEASYNC": 1, "graph_outputs_all_live": 0}
+    assert out["amp_graphs"]["runs.step"] == 1
     assert out["amp_stepped"] is True

@@ -135,16 +135,19 @@ def test_the_step_is_the_accelerators_once_per_accumulated_step(monkeypatch, gcu
 
     for scale in (1.0, 2.0, 3.0, 4.0):
         wrapper.update_params(loss_of(model, scale))
+        gcu1.finish_step()  # as GCURuntimeInfoHook ends each iteration
 
     assert step.call_count == 2
     for call in step.call_args_list:
         optimizer, stepped_model, loss = call.args
         assert optimizer is wrapper.optimizer and stepped_model is model
         assert loss.shape == () and not loss.requires_grad
-    # On torch_gcu 1.x that is the vendor's lazy step, with the model and the loss.
-    assert events == [("optimizer_step", fakes.JitRunMode.SAFEASYNC)] * 2
-    vendor = gcu1.torch_gcu.optimizer_step.call_args.kwargs
-    assert vendor["model"] is model and vendor["extra_output"] == [step.call_args.args[2]]
+    # On torch_gcu 1.x each step's graph runs when its iteration ends: an unlazy of the
+    # model's parameters (and its other outputs).
+    assert events == [("unlazy", fakes.JitRunMode.SAFEASYNC)] * 2
+    (outputs,), _ = gcu1.torch_gcu.unlazy.call_args
+    params = [p.data_ptr() for p in model.parameters()]
+    assert [t.data_ptr() for t in outputs[: len(params)]] == params
 
 
 @pytest.mark.parametrize("accumulative_counts", [1, 2])
@@ -184,7 +187,6 @@ def test_step_arguments_reach_the_optimizer(monkeypatch, gcu1, model):
     wrapper.update_params(loss_of(model), step_kwargs=dict(closure=None))
 
     assert step.call_args.kwargs == dict(closure=None)
-    assert gcu1.torch_gcu.optimizer_step.call_args.kwargs["optimizer_args"] == dict(closure=None)
 
 
 def test_gradients_are_clipped_before_the_step(monkeypatch, gcu1, model):
@@ -288,6 +290,7 @@ def test_amp_step_then_the_accelerators_after_amp_step(monkeypatch, gcu1, model,
     loss = loss_of(model)
 
     wrapper.update_params(loss)
+    gcu1.finish_step()
 
     assert events == [
         ("scaler.unscale_",),
@@ -313,6 +316,7 @@ def test_amp_steps_once_per_accumulated_step(gcu1, model, events):
     wrapper.bind(gcu1, model)
     for _ in range(6):
         wrapper.update_params(loss_of(model))
+        gcu1.finish_step()
     assert [e[0] for e in events].count("unlazy") == 2
 
 
@@ -384,23 +388,17 @@ def test_both_wrappers_on_the_simulated_torch_gcu_1x():
     out = last_json(run_program(PROGRAM, MMGCU_SIMULATE=2, MMGCU_SIMULATE_API="gcu1").stdout)
 
     plain, amp = out["plain"], out["amp"]
-    # Four updates, accumulated by two: two lazy steps with the model's outputs and the loss.
-    assert plain["counters"] == {
-        "graph_runs": 2,
-        "optimizer_step": 2,
-        "graph_mode_SAFEASYNC": 2,
-        "graph_outputs_all_live": 0,
-    }
+    # Four updates, accumulated by two: two lazy steps with the model's outputs and the loss,
+    # each graph run when its iteration ends; the iterations that only accumulate end with
+    # nothing the host reads, so no graph. One graph per step, no other.
+    steps = {"unlazy": 2, "graph_mode_SAFEASYNC": 2, "graph_outputs_all_live": 0}
+    one_graph_each = {"runs.step": 2, "runs.host_read": 0, "runs.fallback": 0}
+    assert plain["counters"] == steps and plain["graph_runs"] == one_graph_each
     assert plain["moved"] and plain["forward_dtypes"] == ["torch.float32"]
     assert plain["round_trip"]["keys"] == ["param_groups", "state"]
     assert plain["round_trip"]["same_state"] is True
     # AMP: the vendor scaler steps, then one unlazy of the AMP outputs per step.
-    assert amp["counters"] == {
-        "graph_runs": 2,
-        "unlazy": 2,
-        "graph_mode_SAFEASYNC": 2,
-        "graph_outputs_all_live": 0,
-    }
+    assert amp["counters"] == steps and amp["graph_runs"] == one_graph_each
     assert amp["scaler"] == "mmgcu.sim.torch_gcu1.amp.grad_scaler.GradScaler"
     assert amp["moved"] and amp["forward_dtypes"] == ["torch.float16"]
     assert amp["round_trip"]["keys"] == ["loss_scaler", "param_groups", "state"]

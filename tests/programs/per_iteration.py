@@ -11,7 +11,7 @@ code lives in the ``mmgcu/`` package, keyed by its file relative to the reposito
 hook at ``LOWEST`` priority cuts the run into segments: ``setup`` (before the loop),
 ``train:k`` (from the end of iteration k-1's ``after_train_iter`` hooks to the end of its
 own), ``val:k`` likewise, then ``train:after`` / ``val:after``. ``graph_runs`` are the lazy
-graphs the simulated torch_gcu 1.x ran in each segment.
+graphs the simulated torch_gcu 1.x's card ran in each segment (none on 2.x).
 """
 
 import json
@@ -24,7 +24,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS, RUNNERS
 
 import mmgcu  # installs the simulated torch_gcu (MMGCU_SIMULATE=1)
-from mmgcu.sim import state
+from mmgcu.sim import graph
 
 TINY, DATA, WORK = sys.argv[1:4]
 ITERS, VAL_ITERS = int(sys.argv[4]), int(sys.argv[5])
@@ -40,12 +40,13 @@ class Audit:
         self.files = {}  # code object -> its file relative to the repository, or None
 
     def enter(self, segment):
-        self.graph_runs[self.segment] = state.counters["graph_runs"] - self.graphs_before
+        runs = graph.graph_runs(graph.counters())
+        self.graph_runs[self.segment] = runs - self.graphs_before
         self.segment = segment
-        self.graphs_before = state.counters["graph_runs"]
+        self.graphs_before = runs
 
     def start(self):
-        self.graphs_before = state.counters["graph_runs"]
+        self.graphs_before = graph.graph_runs(graph.counters())
 
     def profile(self, frame, event, arg):
         if event != "call":

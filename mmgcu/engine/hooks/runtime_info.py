@@ -40,7 +40,9 @@ class GCURuntimeInfoHook(CardBound, RuntimeInfoHook):
         card_hub = isinstance(hub, CardMessageHub)
         accelerator = self.card_accelerator()
         if accelerator is not None:
-            accelerator.finish_step(hub.seal() if card_hub else ())
+            # a lazy card's graph outputs the iteration's scalars; an eager card's log
+            # reads them in one stack per log line
+            accelerator.finish_step(hub.seal() if card_hub and accelerator.lazy else ())
         if card_hub and hub.has_new_keys():
             hub.flush()
 

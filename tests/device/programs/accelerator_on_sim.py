@@ -12,7 +12,7 @@ import torch
 
 import mmgcu  # installs the simulated torch_gcu
 from mmgcu.device import GCUError, select_accelerator
-from mmgcu.sim import state
+from mmgcu.sim import graph, state
 
 card = int(os.environ["LOCAL_RANK"])
 accelerator = select_accelerator("gcu")
@@ -52,8 +52,11 @@ before = model.weight.detach().cpu().clone()
 loss = model(torch.randn(8, 4, device=accelerator.device())).pow(2).mean()
 loss.backward()
 state.counters.clear()
+graphs = graph.counters()
 accelerator.optimizer_step(optimizer, model, loss.detach())
+accelerator.finish_step()
 out["step"] = dict(state.counters)
+out["step_graphs"] = {k: v - graphs[k] for k, v in graph.counters().items() if v != graphs[k]}
 out["stepped"] = not torch.equal(before, model.weight.detach().cpu())
 
 scaler = accelerator.grad_scaler()
@@ -67,7 +70,10 @@ state.counters.clear()
 before = model.weight.detach().cpu().clone()
 scaler.step(optimizer)
 scaler.update()
+graphs = graph.counters()
 accelerator.after_amp_step(optimizer, model, scaler, loss.detach())
+accelerator.finish_step()
 out["amp_step"] = dict(state.counters)
+out["amp_graphs"] = {k: v - graphs[k] for k, v in graph.counters().items() if v != graphs[k]}
 out["amp_stepped"] = not torch.equal(before, model.weight.detach().cpu())
 print(json.dumps(out))

@@ -1,8 +1,9 @@
 """GCUOptimWrapper and GCUAmpOptimWrapper bound to the simulated torch_gcu 1.x on card 1.
 
 Run with ``MMGCU_SIMULATE=2 MMGCU_SIMULATE_API=gcu1``. Each wrapper makes four updates with
-``accumulative_counts=2``; the counters of the simulated torch_gcu show which graphs ran.
-Prints what it found as one JSON line.
+``accumulative_counts=2``, each iteration ended as GCURuntimeInfoHook ends it
+(``finish_step``); the counters of the simulated torch_gcu show which vendor calls were
+made and which graphs ran. Prints what it found as one JSON line.
 """
 
 import json
@@ -10,7 +11,7 @@ import json
 import torch
 
 from mmgcu import GCUAmpOptimWrapper, GCUOptimWrapper, select_accelerator
-from mmgcu.sim import state
+from mmgcu.sim import graph, state
 from tests.fakes import ToyModel, toy_batch
 
 accelerator = select_accelerator("gcu1")
@@ -30,14 +31,19 @@ def train(wrapper_class, **kwargs):
     )
     before = model.linear.weight.detach().cpu().clone()
     state.counters.clear()
+    graphs = graph.counters()
     for _ in range(4):
         with wrapper.optim_context(model):
             data = model.data_preprocessor(toy_batch(), training=True)
             losses = model(**data, mode="loss")
         loss, _ = model.parse_losses(losses)
         wrapper.update_params(loss)
+        accelerator.finish_step()
     result = {
         "counters": dict(state.counters),
+        "graph_runs": {
+            k: v - graphs[k] for k, v in graph.counters().items() if k.startswith("runs.")
+        },
         "moved": not torch.equal(before, model.linear.weight.detach().cpu()),
         "forward_dtypes": sorted(set(dtypes)),
     }
