@@ -24,25 +24,25 @@ MMSEG_VERSION = "1.2.2"
 UPSTREAM = {
     # loss_by_feat mirrors it; static_accuracy gives accuracy()'s value (top-1, no thresh).
     "mmseg.models.decode_heads.decode_head.BaseDecodeHead.loss_by_feat": (
-        "2ceb6a52a3c4b0e9c8e0b11ef21c8f1d3b4a4b19b6fcd48f5d0e5e0c8e1f8f26"
+        "10863a800c501fa15f599114a6650c9c67f469210d8675acdb9aaef29500582d"
     ),
     "mmseg.models.losses.accuracy.accuracy": (
-        "2ceb6a52a3c4b0e9c8e0b11ef21c8f1d3b4a4b19b6fcd48f5d0e5e0c8e1f8f26"
+        "69869be4dc26e20d52b260bca35cb0801e523ab8e0d6afe5ef07c404dbe54c89"
     ),
     # the divisor of avg_non_ignore given as a tensor skips its .item()
     "mmseg.models.losses.cross_entropy_loss.cross_entropy": (
-        "2ceb6a52a3c4b0e9c8e0b11ef21c8f1d3b4a4b19b6fcd48f5d0e5e0c8e1f8f26"
+        "aff1ff9308556ecbc91600619805c467aa4482455b03f80f982a86d09f9f4bf0"
     ),
     "mmseg.models.losses.cross_entropy_loss.CrossEntropyLoss.forward": (
-        "2ceb6a52a3c4b0e9c8e0b11ef21c8f1d3b4a4b19b6fcd48f5d0e5e0c8e1f8f26"
+        "8b4a93d8ebfbdb7f48687d3e58ecbc37c64b9de68f78c7463e021314867548c8"
     ),
     # host_batch mirrors it
     "mmseg.models.data_preprocessor.SegDataPreProcessor.forward": (
-        "2ceb6a52a3c4b0e9c8e0b11ef21c8f1d3b4a4b19b6fcd48f5d0e5e0c8e1f8f26"
+        "79504d5626a4cf7e184d8d20385ddce595dd86052d3ddb30744a373bfd313e20"
     ),
     # crops the padding and resizes to the original shape on the device of its input
     "mmseg.models.segmentors.base.BaseSegmentor.postprocess_result": (
-        "2ceb6a52a3c4b0e9c8e0b11ef21c8f1d3b4a4b19b6fcd48f5d0e5e0c8e1f8f26"
+        "cf8f6e27eab74d4b3ad1347f9e8d50da7c252ce177f803fa142c8969c460fdb7"
     ),
 }
 
