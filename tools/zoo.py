@@ -113,19 +113,6 @@ UPSTREAM = {
         "model on the CPU and calling init_weights, and the zoo downloads nothing",
     ),
 }
-#: torch_gcu 1.x has no path for a card tensor in torch.distributed (errors.py says why).
-GLOO_CARD_TENSOR = (
-    "ProcessGroupGloo",
-    "torch_gcu 1.x limit",
-    "the model's own code (mmdet's reduce_mean in Mask2Former's and MaskFormer's losses, "
-    "the reduce_mean of EMANet's EMAModule) all-reduces a card tensor with "
-    "torch.distributed, whose only group on torch_gcu 1.x is gloo (CPU); card tensors travel "
-    "only through torch_gcu.distributed, which a torch.distributed call cannot reach without "
-    "patching torch or mmdet. A T20 fails the same way; mmgcu stops with the caller and the "
-    "fix, and torch_gcu 2.x (whose torch.distributed group carries card tensors) trains it",
-)
-for _family in ("emanet", "mask2former", "maskformer"):
-    UPSTREAM[_family] = GLOO_CARD_TENSOR
 WHY_NOT_HERE = {
     "mmpretrain": "mmpretrain imports torchvision, and no torchvision build matches torch 2.13 "
     "(a newer one fails: 'operator torchvision::nms does not exist')",

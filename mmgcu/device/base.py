@@ -103,6 +103,7 @@ class Accelerator:
         default_pg_backend: backend of torch.distributed's default group. mmengine's own
             collectives use that group and send CPU tensors for backends it does not
             know, so it must carry CPU tensors.
+        other_pg_backends: other backends a config may give the default group here.
         amp_dtypes: the dtypes autocast supports here.
         card_group: the :class:`CardGroup` for card tensors, once process groups exist.
         simulated: whether torch_gcu is mmgcu's simulator (:mod:`mmgcu.sim`).
@@ -117,6 +118,7 @@ class Accelerator:
     lazy = False
     description = ""
     default_pg_backend = "gloo"
+    other_pg_backends: Tuple[str, ...] = ()
     amp_dtypes: tuple = ()
     #: Whether the cards are mmgcu's simulated ones (torch_gcu is ``mmgcu.sim``'s).
     simulated = False

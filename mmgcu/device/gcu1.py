@@ -9,10 +9,13 @@ What that source shows and mmgcu builds on:
   ignores an index that is not a card (so mmgcu checks the index first).
 - ``distributed/distributed_c10d.py``: ``torch_gcu.distributed`` is a world of its own
   with ECCL only; torch.distributed does not know ``'eccl'``; no object collectives.
-  mmengine's collectives therefore get a torch.distributed gloo group and card tensors an
-  ECCL group of torch_gcu.distributed, created with a group name of its own (both worlds
-  prefix their keys on torchrun's store with ``default_pg`` and would otherwise both use
-  group name ``'0'``).
+  torch.distributed's default group is therefore mmgcu's ``gloo_eccl``
+  (:mod:`mmgcu.device.gcu1_dist`): CPU tensors (mmengine's collectives) over gloo, card
+  tensors of model code's own torch.distributed calls over the ECCL world. Card tensors
+  get an ECCL group of torch_gcu.distributed, created with a group name of its own (both
+  worlds prefix their keys on torchrun's store with ``default_pg`` and would otherwise
+  both use group name ``'0'``). ECCL has its own ``ReduceOp`` and no ``gather``,
+  ``scatter`` or coalesced calls.
 - ``distributed/rendezvous.py``: off torchrun's agent store (slurm, mpi, and torch 1.10's
   ``torchrun --standalone``, which sets ``TORCHELASTIC_USE_AGENT_STORE=False``), its rank 0
   hosts its own store server, at MASTER_PORT by default, where torch.distributed's rank 0
@@ -44,6 +47,9 @@ ASSUMED (the source is silent; the strictest reading is taken):
 - A torch.distributed store cannot be handed to torch_gcu.distributed (its stores are
   its own C++ classes), so each world makes its own store client or server.
 - ``get_hbm_alloc_size`` does not run the pending graph (it is read once per log line).
+- An ECCL collective of a card tensor is an op of the card's lazy graph (torch_xla's
+  semantics): it runs when that graph runs (see :mod:`mmgcu.device.gcu1_dist` for the
+  order kept with gloo). ``torch_gcu.unlazy`` on its tensors launches it.
 """
 
 import datetime
@@ -54,6 +60,7 @@ from typing import List, Optional
 import torch
 
 from ..errors import GCUError
+from . import gcu1_dist
 from .base import Accelerator, CardGroup, simulated
 from .ports import free_port
 
@@ -70,7 +77,10 @@ class GCU1Accelerator(Accelerator):
     device_type = "xla"
     is_gcu = True
     lazy = True
-    default_pg_backend = "gloo"
+    default_pg_backend = gcu1_dist.BACKEND
+    #: Plain gloo too, if a config asks for it: mmengine's collectives and the card group
+    #: work as on gloo_eccl, but model code's torch.distributed calls on card tensors fail.
+    other_pg_backends = ("gloo",)
     amp_dtypes = (torch.float16, torch.bfloat16)
 
     def __init__(self, torch_gcu, jit_mode: Optional[str] = None):
@@ -82,6 +92,9 @@ class GCU1Accelerator(Accelerator):
             raise GCUError(f"env_cfg.gcu_jit_mode={jit_mode!r}: use one of {JIT_MODES}")
         self.jit_mode = jit_mode
         self._step_outputs: Optional[List[torch.Tensor]] = None  # a step not yet run
+        #: Where the card tensors of torch.distributed's gloo_eccl groups go.
+        self.routes = gcu1_dist.CardRoute(self.device_type)
+        self.pg_backend = self.default_pg_backend
 
     def is_available(self) -> bool:
         return bool(self.torch_gcu.is_available())
@@ -127,9 +140,14 @@ class GCU1Accelerator(Accelerator):
         return gcu_dist
 
     def init_process_groups(self, pg_backend: str, timeout=None, **kwargs) -> CardGroup:
+        """torch.distributed's default group (``pg_backend``: gloo_eccl, or gloo), then
+        torch_gcu.distributed's ECCL world, to which gloo_eccl sends card tensors."""
         import torch.distributed as dist
 
         timeout = timeout or datetime.timedelta(minutes=30)
+        self.pg_backend = pg_backend
+        if pg_backend == gcu1_dist.BACKEND:
+            gcu1_dist.register(self.routes)
         try:
             dist.init_process_group(backend=pg_backend, timeout=timeout, **kwargs)
         except Exception as e:
@@ -148,8 +166,7 @@ class GCU1Accelerator(Accelerator):
             ) from e
         if self.jit_mode is None:
             self.jit_mode = "ASYNC" if dist.get_world_size() > 1 else "SAFEASYNC"
-        self.card_group = CardGroup(gcu_dist, gcu_dist.group.WORLD, "torch_gcu.distributed eccl")
-        return self.card_group
+        return self._card_group(gcu_dist)
 
     def adopt_process_groups(self) -> CardGroup:
         gcu_dist = self._gcu_dist()
@@ -160,8 +177,18 @@ class GCU1Accelerator(Accelerator):
                 "launcher and no init_process_group of your own), or also call "
                 "torch_gcu.distributed.init_process_group('eccl', group_name='mmgcu_eccl')."
             )
+        return self._card_group(gcu_dist)
+
+    def _card_group(self, gcu_dist) -> CardGroup:
+        """The ECCL world as the card group; gloo_eccl groups send card tensors to it."""
+        self.routes.bind(gcu_dist, gcu_dist.group.WORLD, self.launch)
         self.card_group = CardGroup(gcu_dist, gcu_dist.group.WORLD, "torch_gcu.distributed eccl")
         return self.card_group
+
+    def launch(self, tensors) -> None:
+        """Run the card graphs that compute ``tensors`` (the step's JIT mode: ASYNC, as
+        with several ranks, returns without waiting)."""
+        self.torch_gcu.unlazy(list(tensors), mode=self._mode())
 
     def ddp_kwargs(self, card: int):
         # device_ids=None would replicate the model onto every visible card.
@@ -223,7 +250,9 @@ class GCU1Accelerator(Accelerator):
 
     def summary(self):
         facts = super().summary()
-        facts["process_groups"] = "torch.distributed gloo + torch_gcu.distributed eccl"
+        facts["process_groups"] = (
+            f"torch.distributed {self.pg_backend} + torch_gcu.distributed eccl"
+        )
         facts["jit_mode"] = self.jit_mode or "ASYNC with several ranks, else SAFEASYNC"
         return facts
 

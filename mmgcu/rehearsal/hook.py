@@ -103,11 +103,12 @@ class Mark:
 
 
 def _cuts(events: List[dict]) -> List[Dict[str, object]]:
-    """The graph runs other than the step's, by what made them and where: ``{cause, what,
-    caller, runs, compiles}``."""
+    """The graph runs other than the step's own (the last step cut), by what made them and
+    where: ``{cause, what, caller, runs, compiles}``."""
     found: Dict[tuple, Dict[str, object]] = {}
-    for e in events:
-        if e["cause"] == "step":
+    steps = [i for i, e in enumerate(events) if e["cause"] == "step"]
+    for i, e in enumerate(events):
+        if steps and i == steps[-1]:
             continue
         key = (e["cause"], e["what"], e["caller"])
         entry = found.setdefault(

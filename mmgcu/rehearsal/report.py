@@ -34,10 +34,11 @@ FIXES: Tuple[Tuple[re.Pattern, str], ...] = (
     ),
     (
         re.compile(r"ProcessGroupGloo::(\w+): unsupported device type (xla)"),
-        "the model gives a card tensor to torch.distributed's {0}; on torch_gcu 1.x card "
-        "tensors travel only through torch_gcu.distributed. Move that tensor to the CPU and "
-        "back around the call in the model's code, or rehearse on --hardware s60 "
-        "(torch_gcu 2.x).",
+        "the model gives a card tensor to torch.distributed's {0} on a gloo group, which "
+        "carries CPU tensors only. On torch_gcu 1.x mmgcu's default group (gloo_eccl) sends "
+        "card tensors to ECCL: leave env_cfg.dist_cfg.backend unset (or 'eccl') and make the "
+        "model's groups without backend='gloo', or move that tensor to the CPU and back "
+        "around the call.",
     ),
     (
         re.compile(r"No module named '(mmpretrain|mmdet|torchvision)"),

@@ -87,10 +87,11 @@ def local_world_size(launcher: str) -> Optional[int]:
 def pg_backend_for(requested: Optional[str], accelerator: Accelerator) -> str:
     """The default group's backend for a ``dist_cfg.backend`` on this accelerator.
 
-    ``nccl`` (mmseg's default_runtime) and ``eccl`` mean "the device's backend". ``gloo``
-    cannot carry card tensors: on torch_gcu 2.x, where the default group carries them, it
-    is refused; on 1.x, where card tensors have an ECCL group of their own, it is what the
-    default group is anyway.
+    ``nccl`` (mmseg's default_runtime) and ``eccl`` mean "the device's backend": on
+    torch_gcu 1.x mmgcu's ``gloo_eccl`` (gloo for CPU tensors, the ECCL world for card
+    tensors). ``gloo`` cannot carry card tensors: on torch_gcu 2.x, where the default group
+    carries them, it is refused; on 1.x, where the card group is ECCL's own, it is taken as
+    asked (model code's own torch.distributed calls on card tensors then fail, named).
     """
     if requested in (None, "", "auto", "nccl", "eccl"):
         if requested == "eccl" and not accelerator.is_gcu:
@@ -98,7 +99,8 @@ def pg_backend_for(requested: Optional[str], accelerator: Accelerator) -> str:
                 f"env_cfg.dist_cfg.backend='eccl' but no GCU was found ({accelerator.description})"
             )
         return accelerator.default_pg_backend
-    if accelerator.is_gcu and requested != accelerator.default_pg_backend:
+    allowed = (accelerator.default_pg_backend,) + tuple(accelerator.other_pg_backends)
+    if accelerator.is_gcu and requested not in allowed:
         raise GCUError(
             f"env_cfg.dist_cfg.backend={requested!r} cannot carry GCU tensors: gradients "
             "would not be synchronised on the cards. Remove dist_cfg.backend (mmgcu picks "

@@ -12,10 +12,12 @@ hook untouched:
   ``runner_type`` out (mmgcu names the key), or it sets it and the script ignores it, as
   mmseg 1.2.2's ``tools/test.py`` does (mmgcu names the script and ``mmgcu test``). Rank 0
   says it; the other ranks say only that they stop;
-- model code that gives a card tensor to a ``torch.distributed`` collective on torch_gcu 1.x
-  ("ProcessGroupGloo::allreduce: unsupported device type xla", mmdet's ``reduce_mean`` in
-  Mask2Former's loss): there torch.distributed has only its CPU group, and card tensors
-  travel only through torch_gcu.distributed. mmgcu names the caller and the fix.
+- model code that gives a card tensor to a ``torch.distributed`` collective of a gloo group
+  on torch_gcu 1.x ("ProcessGroupGloo::allreduce: unsupported device type xla"): a group
+  made with ``backend='gloo'``, or a default group of gloo (``dist_cfg.backend='gloo'``, or
+  made before GCURunner). mmgcu's own default group there, ``gloo_eccl``, sends card tensors
+  to ECCL (mmdet's ``reduce_mean`` in Mask2Former's loss runs); mmgcu names the caller
+  and the fix.
 
 ``MMGCU_TRACEBACK=1`` keeps the full traceback in all three.
 
@@ -94,17 +96,18 @@ def _caller(tb) -> str:
 
 
 def card_tensor_in_cpu_collective(exc, tb) -> Optional[str]:
-    """What to say when model code gave a card tensor to torch.distributed on 1.x."""
+    """What to say when model code gave a card tensor to a gloo group on torch_gcu 1.x."""
     found = _GLOO_REFUSES_CARD.search(str(exc))
     if found is None or "torch_gcu" not in sys.modules:
         return None
     return (
         f"{_caller(tb)} calls torch.distributed's {found.group(1)} on a card tensor "
-        f"({found.group(2)}). On torch_gcu 1.x torch.distributed has only its CPU group "
-        "(gloo), and card tensors travel only through torch_gcu.distributed's ECCL group, "
-        "which a torch.distributed call cannot reach. Move the tensor to the CPU and back "
-        "around that call in the model's code (one host read per call on the lazy card), or "
-        "train this model on torch_gcu 2.x, whose torch.distributed group carries card tensors."
+        f"({found.group(2)}) in a group whose backend is gloo, which carries CPU tensors "
+        "only. On torch_gcu 1.x mmgcu's default group, gloo_eccl, sends card tensors to "
+        "torch_gcu.distributed's ECCL world (a subgroup's through the CPU): leave "
+        "env_cfg.dist_cfg.backend unset (or 'eccl'), let GCURunner create the process "
+        "groups, and make the model's groups with torch.distributed.new_group() without "
+        "backend='gloo'. Or move the tensor to the CPU and back around that call."
     )
 
 

@@ -38,7 +38,7 @@ def left_dirs(tmp_path):
     return sorted(tmp_path.glob("mmgcu-check-*"))
 
 
-GCU1_GROUPS = "torch.distributed gloo + torch_gcu.distributed eccl"
+GCU1_GROUPS = "torch.distributed gloo_eccl + torch_gcu.distributed eccl"
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,7 @@ def test_simulated_t20_with_visible_devices_and_eccl_variables():
     assert info["cards"] == "4"
     assert info["cards for launchers"] == "4 (TOPS_VISIBLE_DEVICES=0,1,2,3)"
     assert info["TOPS_VISIBLE_DEVICES"] == "0,1,2,3"
-    assert info["process groups"] == "torch.distributed gloo + torch_gcu.distributed eccl"
+    assert info["process groups"] == "torch.distributed gloo_eccl + torch_gcu.distributed eccl"
     assert info["ECCL"] == "available"
     assert info["ECCL variables"] == "ECCL_PROTO=LL, ECCL_SHM_DISABLE=1"
 

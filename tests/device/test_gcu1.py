@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 import torch
 
-from mmgcu.device import GCUError
+from mmgcu.device import GCUError, gcu1_dist
 from mmgcu.device.gcu1 import ECCL_GROUP_NAME, JIT_MODES
 from tests import fakes
 from tests.conftest import free_port, last_json, run_program
@@ -66,8 +66,10 @@ def rendezvous(monkeypatch):
 
 def test_kind_attributes(accelerator):
     assert (accelerator.kind, accelerator.device_type, accelerator.is_gcu) == ("gcu1", "xla", True)
-    # mmengine's collectives send CPU tensors: the default group is gloo; cards use ECCL.
-    assert accelerator.default_pg_backend == "gloo"
+    # mmengine's collectives send CPU tensors: the default group is gloo for them, and
+    # routes card tensors to the ECCL world; a config may ask for plain gloo.
+    assert accelerator.default_pg_backend == "gloo_eccl"
+    assert accelerator.other_pg_backends == ("gloo",)
     assert accelerator.vendor_ddp() is accelerator.torch_gcu.nn.parallel.DistributedDataParallel
     assert accelerator.amp_dtypes == (torch.float16, torch.bfloat16)
     assert accelerator.card_group is None
@@ -174,6 +176,41 @@ def test_init_process_groups_makes_a_gloo_world_and_an_eccl_world(
     assert group.dist is vendor.distributed
     assert group.group is vendor.distributed.group.WORLD is not None
     assert group.name == "torch_gcu.distributed eccl"
+
+
+def test_gloo_eccl_sends_card_tensors_to_the_eccl_world(
+    accelerator, vendor, events, torch_dist, rendezvous, monkeypatch
+):
+    monkeypatch.setattr(gcu1_dist, "register", lambda route: events.append(("register", route)))
+    torch_dist[0] = 4
+    group = accelerator.init_process_groups("gloo_eccl")
+
+    assert [e[:2] for e in events] == [
+        ("register", accelerator.routes),  # before the group that uses it
+        ("init_process_group", "gloo_eccl"),
+        ("broadcast_object_list", 0),
+        ("eccl init_process_group", "eccl"),
+    ]
+    route = accelerator.routes
+    assert (route.eccl, route.group) == (vendor.distributed, vendor.distributed.group.WORLD)
+    assert group.group is route.group
+    assert accelerator.summary()["process_groups"] == (
+        "torch.distributed gloo_eccl + torch_gcu.distributed eccl"
+    )
+    # Before a routed group waits on the host it launches the graphs of its ECCL calls.
+    tensor = torch.ones(1)
+    route.issued([tensor])
+    route.before_host_wait()
+    vendor.unlazy.assert_called_once_with([tensor], mode=fakes.JitRunMode.ASYNC)
+
+
+def test_plain_gloo_registers_nothing(accelerator, events, torch_dist, rendezvous, monkeypatch):
+    monkeypatch.setattr(gcu1_dist, "register", lambda route: events.append(("register", route)))
+    accelerator.init_process_groups("gloo")
+    assert "register" not in [e[0] for e in events]
+    assert accelerator.summary()["process_groups"] == (
+        "torch.distributed gloo + torch_gcu.distributed eccl"
+    )
 
 
 def test_eccl_uses_torchruns_agent_store(accelerator, vendor, torch_dist, rendezvous, monkeypatch):
@@ -398,7 +435,7 @@ def test_summary(accelerator):
         "description": "torch_gcu 2.5.136 (1.x, XLA 'xla')",
         "available": True,
         "cards": 8,
-        "process_groups": "torch.distributed gloo + torch_gcu.distributed eccl",
+        "process_groups": "torch.distributed gloo_eccl + torch_gcu.distributed eccl",
         "memory": accelerator.memory_source,
         "jit_mode": "ASYNC with several ranks, else SAFEASYNC",
     }

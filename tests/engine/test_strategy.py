@@ -32,7 +32,7 @@ CARD = 3
 #: The groups each kind creates: torch.distributed's backend (and torch_gcu 1.x's ECCL world).
 GROUPS = {
     "gcu2": [("init_process_group", "cpu:gloo,gcu:eccl")],
-    "gcu1": [("init_process_group", "gloo"), ("eccl init_process_group", "eccl")],
+    "gcu1": [("init_process_group", "gloo_eccl"), ("eccl init_process_group", "eccl")],
     "cuda": [("init_process_group", "nccl")],
     "cpu": [("init_process_group", "gloo")],
 }

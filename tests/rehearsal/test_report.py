@@ -97,9 +97,8 @@ def test_fixes_name_the_op_and_its_layers():
     fix = fix_for(message + " not found.", ops)
     assert "'modulated_deformable_im2col' has no kernel on a GCU card (xla:1)" in fix
     assert "ModulatedDeformConv2dPack x13" in fix
-    assert "torch_gcu.distributed" in fix_for(
-        "ProcessGroupGloo::allreduce: unsupported device type xla"
-    )
+    gloo = fix_for("ProcessGroupGloo::allreduce: unsupported device type xla")
+    assert "allreduce on a gloo group" in gloo and "gloo_eccl" in gloo
     assert fix_for("ZeroDivisionError: division by zero") is None
 
 

@@ -80,7 +80,8 @@ def test_pg_backend_on_gcu2(gcu2, requested):
 
 @pytest.mark.parametrize("requested", [None, "nccl", "eccl"])
 def test_pg_backend_on_gcu1(gcu1, requested):
-    assert mdist.pg_backend_for(requested, gcu1) == "gloo"
+    # gloo for CPU tensors, torch_gcu.distributed's ECCL world for card tensors
+    assert mdist.pg_backend_for(requested, gcu1) == "gloo_eccl"
 
 
 @pytest.mark.parametrize("requested", [None, "auto", "nccl"])
@@ -97,7 +98,7 @@ def test_eccl_without_a_gcu_is_refused(cpu):
 
 def test_the_devices_own_backend_passes(gcu2, gcu1):
     assert mdist.pg_backend_for("cpu:gloo,gcu:eccl", gcu2) == "cpu:gloo,gcu:eccl"
-    assert mdist.pg_backend_for("gloo", gcu1) == "gloo"
+    assert mdist.pg_backend_for("gloo_eccl", gcu1) == "gloo_eccl"
 
 
 def test_gloo_on_gcu2_is_refused(gcu2):
@@ -106,8 +107,9 @@ def test_gloo_on_gcu2_is_refused(gcu2):
     assert "'cpu:gloo,gcu:eccl'" in str(err.value)  # what mmgcu would pick instead
 
 
-def test_gloo_on_gcu1_is_the_default_group_it_uses(gcu1):
-    # Card tensors have their own ECCL group on 1.x, so a gloo default group is right.
+def test_gloo_on_gcu1_is_taken_as_asked(gcu1):
+    # Card tensors have their own ECCL group on 1.x, so a gloo default group still trains
+    # (only model code's own torch.distributed calls on card tensors then fail, named).
     assert mdist.pg_backend_for("gloo", gcu1) == "gloo"
 
 
@@ -281,10 +283,11 @@ def test_init_distributed_on_gcu1_adds_the_eccl_world(gcu1, events, torch_groups
 
     assert [e[:2] for e in events] == [
         ("set_device", 0),
-        ("init_process_group", "gloo"),
+        ("init_process_group", "gloo_eccl"),  # card tensors of model code: the ECCL world
         ("eccl init_process_group", "eccl"),
     ]
     assert gcu1.card_group.dist is gcu1.torch_gcu.distributed
+    assert gcu1.routes.group is gcu1.card_group.group
 
 
 def test_under_torchruns_agent_store_the_keys_are_the_attempts_own(

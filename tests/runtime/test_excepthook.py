@@ -134,14 +134,15 @@ def reduce_mean(tensor):  # as mmdet's, which Mask2Former's loss calls
 def test_a_card_tensor_in_a_torch_distributed_collective_names_the_caller(
     previous, gcu_host, monkeypatch, capsys
 ):
-    """torch_gcu 1.x: torch.distributed has only gloo, which refuses card tensors."""
+    """torch_gcu 1.x: a gloo group refuses card tensors (mmgcu's gloo_eccl takes them)."""
     monkeypatch.setenv("RANK", "0")
     sys.excepthook(*raised(lambda: reduce_mean(None)))
 
     err = capsys.readouterr().err
     assert "test_excepthook.py:" in err
     assert "(reduce_mean) calls torch.distributed's allreduce" in err
-    assert "on a card tensor (xla)" in err and "torch_gcu 2.x" in err
+    assert "on a card tensor (xla) in a group whose backend is gloo" in err
+    assert "gloo_eccl" in err and "without backend='gloo'" in err
     previous.assert_not_called()
     monkeypatch.setenv("RANK", "1")
     sys.excepthook(*raised(lambda: reduce_mean(None)))

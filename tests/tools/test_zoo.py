@@ -38,6 +38,7 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
         row("bisenetv2", losses=(10.08398, 13.84599), amp="float16"),
         row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
         row("mask2former"),
+        row("emanet"),
         row("dinov2", "not run", (), reason=zoo.WHY_NOT_HERE["mmpretrain"]),
         row("dcn", "failed", (), phase="train", reason="RuntimeError: x_impl", fix="do y"),
     ]
@@ -46,12 +47,14 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
         row("drift"),
         row("bisenetv2", losses=(10.08365, 13.82712), amp="float16"),
         row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
+        row("mask2former"),
         row(
-            "mask2former",
+            "emanet",
             "failed",
             (),
             phase="train",
             reason="RuntimeError: ProcessGroupGloo::allreduce: unsupported device type xla",
+            fix="leave env_cfg.dist_cfg.backend unset",
         ),
         row("dinov2", changed="1 image per card"),
         row("dcn"),
@@ -69,11 +72,16 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
     assert lines["drift"].endswith("| **no** |")  # 5e-4 apart
     assert lines["bisenetv2"].endswith("| within 1e-2 (AMP) |")
     assert "| fails in mmseg (train) | fails in mmseg (train) |" in lines["cgnet"]
-    assert "| passed (10 s) | torch_gcu 1.x limit (train) |" in lines["mask2former"]
+    assert lines["mask2former"].endswith(
+        "| passed (10 s) | passed (10 s) | 1.00000 / 2.00000 ; 1.00000 / 2.00000 | yes |"
+    )
+    # A gloo group's refusal of a card tensor is mmgcu's to fix now (gloo_eccl), not a limit.
+    assert "| passed (10 s) | **failed** (train) |" in lines["emanet"]
     assert "| not run | passed (10 s) |" in lines["dinov2"]
     assert "| **failed** (train) | passed (10 s) |" in lines["dcn"]
     assert "Outside mmgcu (fails in mmseg): mmseg 1.2.2's CrossEntropyLoss" in text
-    assert "Outside mmgcu (torch_gcu 1.x limit):" in text
+    assert "torch_gcu 1.x limit" not in text
+    assert "  Fix: leave env_cfg.dist_cfg.backend unset" in text
     assert "  Fix: do y" in text
     assert "no torchvision build matches torch 2.13" in text
     assert "- **dinov2**: 1 image per card" in text

@@ -347,18 +347,20 @@ inline void count_fallback(const std::string& name) {
 
 // torch_gcu's unlazy / optimizer_step(model=...): a graph whose outputs are `tensors`.
 inline void sync_tensors(const std::vector<at::Tensor>& tensors) {
+  const std::string caller = python_caller();
   std::lock_guard<std::mutex> lock(S().mu);
-  cut_locked(pending_blocks_locked(tensors), kStep, "step", "");
+  cut_locked(pending_blocks_locked(tensors), kStep, "step", caller);
 }
 
 // torch_gcu's sync_lived_tensor (torch_xla's mark_step): every live pending value of the card.
 inline void sync_live(int card) {
+  const std::string caller = python_caller();
   std::lock_guard<std::mutex> lock(S().mu);
   std::vector<CardBlock*> blocks;
   for (auto* b = S().pending[card]; b != nullptr; b = b->next) blocks.push_back(b);
   std::sort(blocks.begin(), blocks.end(),
             [](const CardBlock* a, const CardBlock* b) { return a->seq < b->seq; });
-  cut_locked(blocks, kStep, "step", "");
+  cut_locked(blocks, kStep, "step", caller);
 }
 
 // ---------------------------------------------------------------------------- op nodes

@@ -338,6 +338,87 @@ def own_reduce_op(tg, torch):
     raises(TypeError, tg.distributed.all_reduce, t, dist.ReduceOp.SUM)
 
 
+#: The collectives of torch_gcu.distributed in the 1.x source, with their parameters.
+COLLECTIVES = {
+    "all_reduce": ["tensor", "op", "group", "async_op"],
+    "broadcast": ["tensor", "src", "group", "async_op"],
+    "reduce": ["tensor", "dst", "op", "group", "async_op"],
+    "all_gather": ["tensor_list", "tensor", "group", "async_op"],
+    "_all_gather_base": ["output_tensor", "input_tensor", "group", "async_op"],
+    "reduce_scatter": ["output", "input_list", "op", "group", "async_op"],
+    "_reduce_scatter_base": ["output", "input", "op", "group", "async_op"],
+    "all_to_all": ["output_tensor_list", "input_tensor_list", "group", "async_op"],
+    "all_to_all_single": [
+        "output",
+        "input",
+        "output_split_sizes",
+        "input_split_sizes",
+        "group",
+        "async_op",
+    ],
+    "barrier": ["group", "async_op", "device_ids"],
+}
+
+
+@fact("distributed/distributed_c10d.py", "its collectives, with the 1.x parameters")
+def collectives_it_has(tg, torch):
+    import inspect
+
+    for name, parameters in COLLECTIVES.items():
+        found = list(inspect.signature(getattr(tg.distributed, name)).parameters)
+        assert found == parameters, (name, found)
+
+
+@fact("distributed/distributed_c10d.py", "no gather, scatter, coalesced or monitored calls")
+def collectives_it_lacks(tg, torch):
+    lacks = ("gather", "scatter", "all_reduce_coalesced", "all_gather_coalesced")
+    for name in lacks + ("monitored_barrier", "all_gather_into_tensor", "reduce_scatter_tensor"):
+        assert not hasattr(tg.distributed, name), name
+
+
+@fact("distributed/distributed_c10d.py", "ReduceOp: SUM PRODUCT MIN MAX BAND BOR BXOR, no AVG")
+def reduce_op_members(tg, torch):
+    names = [op.name for op in tg.distributed.ReduceOp]
+    assert names == ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"], names
+
+
+def _card_values(tg, torch, *values):
+    return torch.tensor(values, dtype=torch.float32).to(f"xla:{tg.distributed.get_rank()}")
+
+
+@fact("distributed/distributed_c10d.py", "reduce, and the reduce-scatters, on cards", ranks=2)
+def eccl_reduce_and_reduce_scatter(tg, torch):
+    d, rank = tg.distributed, tg.distributed.get_rank()
+    t = _card_values(tg, torch, rank + 1.0, 10.0)
+    d.reduce(t, dst=1, op=d.ReduceOp.MAX)
+    if rank == 1:
+        assert t.cpu().tolist() == [2.0, 10.0]
+    out = _card_values(tg, torch, 0.0)
+    parts = [_card_values(tg, torch, (rank + 1) * (i + 1.0)) for i in range(2)]
+    d.reduce_scatter(out, parts)  # rank i: the sum of every rank's i-th part
+    assert out.cpu().tolist() == [3.0 * (rank + 1)]
+    out = _card_values(tg, torch, 0.0, 0.0)
+    work = d._reduce_scatter_base(out, _card_values(tg, torch, 1.0, 2.0, rank, 4.0), async_op=True)
+    work.wait()
+    assert out.cpu().tolist() == ([2.0, 4.0] if rank == 0 else [1.0, 8.0])
+
+
+@fact("distributed/distributed_c10d.py", "the all-gathers and all-to-alls, on cards", ranks=2)
+def eccl_gathers_and_all_to_all(tg, torch):
+    d, rank = tg.distributed, tg.distributed.get_rank()
+    out = _card_values(tg, torch, 0.0, 0.0, 0.0, 0.0)
+    d._all_gather_base(out, _card_values(tg, torch, rank, rank + 0.5))
+    assert out.cpu().tolist() == [0.0, 0.5, 1.0, 1.5]
+    # rank r sends [r, r] to rank 0 and [10 + r] to rank 1
+    splits = [2, 2] if rank == 0 else [1, 1]
+    out = _card_values(tg, torch, *[0.0] * sum(splits))
+    d.all_to_all_single(out, _card_values(tg, torch, rank, rank, 10.0 + rank), splits, [2, 1])
+    assert out.cpu().tolist() == ([0.0, 0.0, 1.0, 1.0] if rank == 0 else [10.0, 11.0])
+    outs = [_card_values(tg, torch, 0.0) for _ in range(2)]
+    d.all_to_all(outs, [_card_values(tg, torch, 10.0 * rank + i) for i in range(2)])
+    assert [o.cpu().item() for o in outs] == [float(rank), 10.0 + rank]
+
+
 @fact("nn/parallel/distributed.py", "device_ids=None means every visible card", ranks=2)
 def ddp_device_ids_none(tg, torch):
     model = torch.nn.Linear(3, 2).to(f"xla:{tg.distributed.get_rank()}")

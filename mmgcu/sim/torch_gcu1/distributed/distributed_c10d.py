@@ -6,7 +6,17 @@ torch_gcu 1.x ships its own copy of c10d, separate from torch.distributed: its o
 (``broadcast_object_list``, ``all_gather_object``, ``gather_object``). ECCL is not a
 torch.distributed backend. Each ECCL group is bound to the card of ``LOCAL_RANK``.
 
-The simulated ECCL runs each collective through gloo on the cards' host memory.
+Its collectives, with the 1.x signatures (each takes ``async_op``): ``all_reduce``,
+``broadcast``, ``reduce``, ``all_gather``, ``_all_gather_base``, ``reduce_scatter``,
+``_reduce_scatter_base``, ``all_to_all``, ``all_to_all_single`` and ``barrier``. It has no
+``gather``, ``scatter``, coalesced calls (``all_reduce_coalesced``,
+``all_gather_coalesced``) or ``monitored_barrier``. Also in the 1.x source and not
+modelled here: point-to-point calls (``send``, ``recv``, ``isend``, ``irecv``,
+``batch_isend_irecv``) and torch_gcu's ``all_gatherv``.
+
+The simulated ECCL runs each collective through gloo on the cards' host memory. Every card
+collective is one method of :class:`ProcessGroupECCL`; the functions of this module only
+check their arguments and call it.
 """
 
 import atexit
@@ -35,12 +45,17 @@ class Backend:
 
 
 class ReduceOp(enum.Enum):
-    """torch_gcu's own reduce ops (torch.distributed's are another type)."""
+    """torch_gcu's own reduce ops (torch.distributed's are another type): the members its
+    source names (``supports_complex``). It names no ``AVG`` or ``PREMUL_SUM`` (ASSUMED
+    absent: ``torch_gcu._GCUC.ReduceOp`` itself is compiled code)."""
 
     SUM = "SUM"
     PRODUCT = "PRODUCT"
     MIN = "MIN"
     MAX = "MAX"
+    BAND = "BAND"
+    BOR = "BOR"
+    BXOR = "BXOR"
 
 
 class _Work:
@@ -86,7 +101,22 @@ class ProcessGroupECCL:
         return state.ext.host_alias(tensor)
 
     def _run(self, method: str, *args):
-        getattr(self._gloo, method)(*args).wait()
+        """gloo's ``method`` on host tensors. gloo takes dense tensors only, so a strided
+        one goes as a dense copy and its result is copied back (an XLA card's views are
+        contiguous, so on a T20 ECCL takes them as they are)."""
+        copies = []
+
+        def dense(value):
+            if isinstance(value, list):
+                return [dense(v) for v in value]
+            if isinstance(value, torch.Tensor) and not value.is_contiguous():
+                copies.append((value, value.contiguous()))
+                return copies[-1][1]
+            return value
+
+        getattr(self._gloo, method)(*[dense(a) for a in args]).wait()
+        for view, copy in copies:
+            view.copy_(copy)
 
     @staticmethod
     def _in_graph(name: str, inputs, outputs=None) -> None:
@@ -95,28 +125,96 @@ class ProcessGroupECCL:
         inputs = list(inputs)
         state.ext.graph_collective(name, inputs, inputs if outputs is None else list(outputs))
 
-    def allreduce(self, tensors, op: ReduceOp):
-        hosts = [self._host(t) for t in tensors]
-        self._in_graph(f"allreduce.{op.name}", tensors)
+    def _reduce_hosts(self, hosts, op: ReduceOp) -> None:
+        """All-reduce host tensors in place."""
         if op is ReduceOp.SUM and wire.gathered_sum(self._gloo, hosts):
-            return _Work(tensors)
+            return
         opts = _c10d.AllreduceOptions()
         opts.reduceOp = getattr(_c10d.ReduceOp, op.name)
         self._run("allreduce", hosts, opts)
+
+    def allreduce(self, tensors, op: ReduceOp):
+        self._reduce_hosts([self._host(t) for t in tensors], op)
+        self._in_graph(f"allreduce.{op.name}", tensors)
         return _Work(tensors)
 
     def broadcast(self, tensors, root: int):
         opts = _c10d.BroadcastOptions()
         opts.rootRank, opts.rootTensor = root, 0
-        self._in_graph("broadcast", tensors)
         self._run("broadcast", [self._host(t) for t in tensors], opts)
+        self._in_graph("broadcast", tensors)
+        return _Work(tensors)
+
+    def reduce(self, tensors, root: int, op: ReduceOp):
+        opts = _c10d.ReduceOptions()
+        opts.rootRank, opts.rootTensor = root, 0
+        opts.reduceOp = getattr(_c10d.ReduceOp, op.name)
+        self._run("reduce", [self._host(t) for t in tensors], opts)
+        self._in_graph(f"reduce.{op.name}", tensors)
         return _Work(tensors)
 
     def allgather(self, output_lists, inputs):
         outs = [[self._host(t) for t in out] for out in output_lists]
-        self._in_graph("allgather", inputs, [t for out in output_lists for t in out])
         self._run("allgather", outs, [self._host(t) for t in inputs])
+        self._in_graph("allgather", inputs, [t for out in output_lists for t in out])
         return _Work(output_lists)
+
+    def _allgather_base(self, output, input):  # noqa: A002 (the 1.x name)
+        source, host = self._host(input), self._host(output)
+        dense = host if host.is_contiguous() else host.contiguous()
+        rows = dense.view(self.size(), -1).unbind(0)
+        self._run("allgather", [[r.view_as(source) for r in rows]], [source])
+        if dense is not host:
+            host.copy_(dense)
+        self._in_graph("allgather", [input], [output])
+        return _Work([output])
+
+    def reduce_scatter(self, outputs, input_lists, op: ReduceOp):
+        # torch 1.10's gloo has no reduce_scatter: every rank reduces all the parts and
+        # keeps its own (the same sums, in place, as ECCL's reduce-scatter gives).
+        parts = torch.stack([self._host(t) for t in input_lists[0]])
+        self._reduce_hosts([parts], op)
+        self._host(outputs[0]).copy_(parts[self.rank()])
+        self._in_graph(f"reduce_scatter.{op.name}", input_lists[0], outputs)
+        return _Work(outputs)
+
+    def _reduce_scatter_base(self, output, input, op: ReduceOp):  # noqa: A002
+        host = self._host(output)
+        parts = self._host(input).reshape(self.size(), -1).clone()
+        self._reduce_hosts([parts], op)
+        host.copy_(parts[self.rank()].view_as(host))
+        self._in_graph(f"reduce_scatter.{op.name}", [input], [output])
+        return _Work([output])
+
+    def alltoall(self, outputs, inputs):
+        # torch 1.10's gloo has no alltoall of tensor lists: one alltoall_base of them all.
+        sent = torch.cat([self._host(t).reshape(-1) for t in inputs])
+        sizes = [t.numel() for t in outputs]
+        received = sent.new_empty(sum(sizes))
+        self._run(
+            "alltoall_base",
+            received,
+            sent,
+            sizes,
+            [t.numel() for t in inputs],
+            _c10d.AllToAllOptions(),
+        )
+        for t, part in zip(outputs, received.split(sizes)):
+            self._host(t).copy_(part.view_as(t))
+        self._in_graph("alltoall", inputs, outputs)
+        return _Work(outputs)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes):  # noqa: A002
+        self._run(
+            "alltoall_base",
+            self._host(output),
+            self._host(input),
+            list(output_split_sizes),
+            list(input_split_sizes),
+            _c10d.AllToAllOptions(),
+        )
+        self._in_graph("alltoall", [input], [output])
+        return _Work([output])
 
     def barrier(self):
         self._run("barrier")
@@ -287,9 +385,20 @@ def _finish(work, async_op):
     return None
 
 
-def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A002
+def _check_op(op, call: str) -> None:
     if not isinstance(op, ReduceOp):
-        raise TypeError(f"all_reduce(): op must be a torch_gcu.distributed.ReduceOp, got {op!r}")
+        raise TypeError(f"{call}(): op must be a torch_gcu.distributed.ReduceOp, got {op!r}")
+
+
+def _group_rank(group, pg, rank: int) -> int:
+    """The group rank of global ``rank``; -1 (DDP's "the group's first rank") is 0."""
+    if rank == -1:
+        return 0
+    return rank if group is None else _pg_group_ranks[pg][rank]
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A002
+    _check_op(op, "all_reduce")
     pg = _group(group)
     if pg is None:
         return None
@@ -300,10 +409,15 @@ def broadcast(tensor, src, group=None, async_op=False):  # noqa: A002
     pg = _group(group)
     if pg is None:
         return None
-    root = 0 if src == -1 else src  # -1: DDP's "the group's first rank"
-    if group is not None and src != -1:
-        root = _pg_group_ranks[pg][src]
-    return _finish(pg.broadcast([tensor], root), async_op)
+    return _finish(pg.broadcast([tensor], _group_rank(group, pg, src)), async_op)
+
+
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A002
+    _check_op(op, "reduce")
+    pg = _group(group)
+    if pg is None:
+        return None
+    return _finish(pg.reduce([tensor], _group_rank(group, pg, dst), op), async_op)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):  # noqa: A002
@@ -311,6 +425,51 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):  # noqa: A002
     if pg is None:
         return None
     return _finish(pg.allgather([tensor_list], [tensor]), async_op)
+
+
+def _all_gather_base(output_tensor, input_tensor, group=None, async_op=False):  # noqa: A002
+    pg = _group(group)
+    if pg is None:
+        return None
+    return _finish(pg._allgather_base(output_tensor, input_tensor), async_op)
+
+
+def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A002
+    _check_op(op, "reduce_scatter")
+    pg = _group(group)
+    if pg is None:
+        return None
+    return _finish(pg.reduce_scatter([output], [input_list], op), async_op)
+
+
+def _reduce_scatter_base(output, input, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A002
+    _check_op(op, "_reduce_scatter_base")
+    pg = _group(group)
+    if pg is None:
+        return None
+    return _finish(pg._reduce_scatter_base(output, input, op), async_op)
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):  # noqa: A002
+    pg = _group(group)
+    if pg is None:
+        return None
+    return _finish(pg.alltoall(output_tensor_list, input_tensor_list), async_op)
+
+
+def all_to_all_single(
+    output,
+    input,  # noqa: A002 (the 1.x signature)
+    output_split_sizes=None,
+    input_split_sizes=None,
+    group=None,  # noqa: A002
+    async_op=False,
+):
+    pg = _group(group)
+    if pg is None:
+        return None
+    work = pg.alltoall_base(output, input, output_split_sizes or [], input_split_sizes or [])
+    return _finish(work, async_op)
 
 
 def barrier(group=None, async_op=False, device_ids=None):  # noqa: A002
