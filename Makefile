@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.mmgcu-installed
 
-.PHONY: install install-t20 test test-t20 demo demo-t20 bench zoo lint clean-venv
+.PHONY: install install-t20 install-xla test test-t20 conformance demo demo-t20 bench zoo lint clean-venv
 
 install: $(STAMP)
 
@@ -36,7 +36,8 @@ $(STAMP): setup.py requirements/runtime.txt requirements/optional.txt requiremen
 # Both legs: the main environment (torch 2.x: everything), then the T20 stack's own
 # (Python 3.8, torch 1.10, simulated torch_gcu 1.x): the unit and simulator tests and the
 # end-to-end tests marked t20. Tests that need torch 2.x skip there, each with its reason.
-T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/configs -m "t20 or not e2e"
+T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/configs \
+	--ignore=tests/conformance -m "t20 or not e2e"
 # pytest-xdist workers per leg: most tests start processes that wait (on a collective, a
 # timeout, each other), so more workers than cores keep the cores busy. Tests that share a
 # multi-process run (a module- or session-scoped fixture) are one xdist_group, so the run
@@ -44,7 +45,7 @@ T20_TESTS := tests --ignore=tests/cli --ignore=tests/tools --ignore=tests/config
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 test: install install-t20 lint
-	$(PY) -m pytest $(XDIST)
+	$(PY) -m pytest $(XDIST) --ignore=tests/conformance
 	$(T20_PY) -m pytest $(XDIST) $(T20_TESTS)
 
 # Only the T20 stack's leg.
@@ -104,6 +105,33 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/vermin -t=3.8- --violations --no-tips --eval-annotations mmgcu tools setup.py
+
+# The simulated T20 card against a real XLA runtime (tests/conformance): the programs run
+# once on torch_xla 2.9 on the CPU (.venv-xla), then on a simulated card of each leg, which
+# must run and compile the same graphs. CI runs it after make test.
+XLA_VENV := .venv-xla
+XLA_PY := $(XLA_VENV)/bin/python
+XLA_STAMP := $(XLA_VENV)/.mmgcu-installed
+ORACLE := work_dirs/conformance/oracle.jsonl
+conformance: install install-t20 install-xla
+	mkdir -p $(dir $(ORACLE))
+	PJRT_DEVICE=CPU $(XLA_PY) -m tests.conformance.run xla > $(ORACLE)
+	MMGCU_CONFORMANCE=required MMGCU_ORACLE_RESULTS=$(ORACLE) $(PY) -m pytest -q tests/conformance
+	MMGCU_CONFORMANCE=required MMGCU_ORACLE_RESULTS=$(ORACLE) $(T20_PY) -m pytest -q tests/conformance
+
+install-xla: $(XLA_STAMP)
+
+# mmcv's wheel is built against torch 2.9 into a pip cache of its own: pip keys its cache by
+# Python version, and .venv's wheel (built against torch 2.13) fails to load here.
+$(XLA_STAMP): requirements/xla.txt requirements/build.txt requirements/runtime.txt requirements/optional.txt
+	test -x $(XLA_PY) || $(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_PY) -m pip install --quiet -r requirements/xla.txt
+	$(XLA_PY) -m pip install --quiet --no-warn-conflicts -r requirements/build.txt
+	$(XLA_PY) -c "import mmcv._ext" 2>/dev/null || PIP_CACHE_DIR=$(HOME)/.cache/pip-torch29 \
+		MMCV_WITH_OPS=1 FORCE_CUDA=0 $(XLA_PY) -m pip install --no-build-isolation mmcv==2.1.0
+	$(XLA_PY) -m pip install --quiet --no-warn-conflicts -r requirements/runtime.txt -r requirements/optional.txt
+	$(XLA_PY) -c "import yapf"
+	touch $(XLA_STAMP)
 
 # The T20's own stack (Python 3.8, torch 1.10 under torch_gcu 1.x) in .venv-t20: the vendor's
 # stack is stood in for by requirements/t20-vendor.txt, then mmgcu goes in as a T20 user

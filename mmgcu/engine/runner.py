@@ -122,6 +122,7 @@ class GCURunner(Runner):
             model_wrapper_cfg,
             sync_bn=self.cfg.get("sync_bn", None),
             find_unused_parameters=self.cfg.get("find_unused_parameters", False),
+            whole_graph=self.cfg.get("gcu_whole_graph", True),
         )
 
     # -- what mmengine builds from the config ----------------------------------------

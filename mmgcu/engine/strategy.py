@@ -78,6 +78,7 @@ class GCUStrategy:
         model_wrapper_cfg: Optional[dict] = None,
         sync_bn: Optional[str] = None,
         find_unused_parameters: bool = False,
+        whole_graph: bool = True,
     ) -> torch.nn.Module:
         """``model`` on this rank's card, wrapped in the accelerator's DDP when distributed.
 
@@ -86,10 +87,12 @@ class GCUStrategy:
             model_wrapper_cfg: the config's; None takes mmengine's defaults.
             sync_bn: the config's ``sync_bn`` (plain BN converted first, as in mmengine).
             find_unused_parameters: the config's, for mmengine's default wrapper cfg.
+            whole_graph: on a lazy card, keep a stock mmseg model's step to one graph and
+                its validation to a few shapes (the config's ``gcu_whole_graph``).
         """
         if self.accelerator.is_gcu:
             model = self._card_ops(model)
-        if self.accelerator.lazy:
+        if self.accelerator.lazy and whole_graph:
             self._whole_graph(model)
         device = self.accelerator.device(self.card)
         model = model.to(device)

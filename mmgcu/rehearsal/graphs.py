@@ -92,6 +92,17 @@ def stalls(train: Optional[dict], val: Optional[dict], factor: float) -> List[di
                 "the data (the cuts above name them)",
             )
         )
+    if val and val["runs_per_image"] > 1:
+        where = "; ".join(f"{c['what']} at {c['caller']}" for c in val["cuts"][:3])
+        found.append(
+            dict(
+                what=f"validation runs {val['runs_per_image']} graphs per image ({where})",
+                cost="each is a cut, and those whose shapes follow the data compile anew",
+                fix="compute the metric on the host: move the prediction to the CPU before "
+                "it (mmgcu post-processes mmseg's predictions on the host unless "
+                "gcu_whole_graph=False)",
+            )
+        )
     if val and val["input_shapes"] > 1 and val["compiles"] >= val["input_shapes"]:
         size = [-(-round(side / factor) // SIZE_STEP) * SIZE_STEP for side in val["largest"]]
         found.append(

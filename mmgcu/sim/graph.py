@@ -52,6 +52,7 @@ def configure(ext) -> None:
 
 def short_path(path: str) -> str:
     """A source file as a report names it: from the package folder on (no machine path)."""
+    path = osp.abspath(path)  # Python 3.8 keeps a script's name as it was given
     for marker in ("site-packages", "dist-packages"):
         head, sep, tail = path.partition(osp.sep + marker + osp.sep)
         if sep:

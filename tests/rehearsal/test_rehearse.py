@@ -99,6 +99,36 @@ def test_psanet_passes_and_names_the_path_of_its_mmcv_op(tmp_path):
     assert "ops on a CPU path (a host round trip per call): none" in out
 
 
+@pytest.mark.t20
+@pytest.mark.long
+def test_a_stock_ade20k_model_on_t20_cards_one_graph_a_step_and_its_buckets(tmp_path):
+    """Stock Segformer (ADE20K): with mmgcu one graph a step, none compiled after warm-up,
+    validation within its shape buckets; without mmgcu's changes (gcu_whole_graph=False)
+    the report names the stalls: the head's accuracy cuts the step and recompiles it."""
+    config = stock_config(tmp_path, "segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py")
+    code, out, report = rehearse(tmp_path, config, "--iters", "3", *ONE_IMAGE)
+    assert code == 0, out[-5000:]
+    graph = report["summary"]["graph"]
+    assert (graph["train"]["runs_later"], graph["train"]["compiles_later"]) == (1, 0)
+    assert 0 < graph["val"]["compiles"] < graph["val"]["input_shapes"]
+    assert any(c.startswith("SegformerHead x1: acc_seg") for c in graph["changes"])
+    assert "verdict: PASSED: launch it" in out
+
+    code, out, report = rehearse(
+        tmp_path, config, "--iters", "3", *ONE_IMAGE, "gcu_whole_graph=False"
+    )
+    assert code == 0, out[-5000:]
+    graph = report["summary"]["graph"]
+    assert graph["train"]["runs_later"] == 3  # two masked indexings in mmseg's accuracy()
+    assert {c["caller"].split(":")[0] for c in graph["train"]["cuts"]} == {
+        "mmseg/models/losses/accuracy.py"
+    }
+    assert graph["val"]["compiles"] >= graph["val"]["input_shapes"]  # IoUMetric on the card too
+    assert graph["stalls"][0]["what"].startswith("a training step runs 3 graphs")
+    assert graph["stalls"][-1]["cost"] == "validation compiles a graph per image size"
+    assert "PASSED, BUT IT STALLS THE CARD" in out
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("mmpretrain") is None,
     reason="no torchvision build matches torch 2.13, so mmpretrain cannot be imported on this leg",
