@@ -92,6 +92,7 @@ class GCU1Accelerator(Accelerator):
             raise GCUError(f"env_cfg.gcu_jit_mode={jit_mode!r}: use one of {JIT_MODES}")
         self.jit_mode = jit_mode
         self._step_outputs: Optional[List[torch.Tensor]] = None  # a step not yet run
+        self._seed = 0  # the cards' seed, from manual_seed_all, renewed after each step
         #: Where the card tensors of torch.distributed's gloo_eccl groups go.
         self.routes = gcu1_dist.CardRoute(self.device_type)
         self.pg_backend = self.default_pg_backend
@@ -124,7 +125,18 @@ class GCU1Accelerator(Accelerator):
         return "HBM allocated at the log line (torch_gcu 1.x get_hbm_alloc_size; no peak)"
 
     def manual_seed_all(self, seed: int) -> None:
-        self.torch_gcu.manual_seed_all(int(seed) % 2**32)
+        self._seed = int(seed) % 2**32
+        self.torch_gcu.manual_seed_all(self._seed)
+
+    def _next_seed(self) -> None:
+        """A new seed after each step's graph, as torch_xla's step marker makes one
+        (seed' = 1012031 + 7012063 seed): a random op's seed is IR that chains on the last
+        one until a step marker or a new seed restarts it, and 1.x's step (_sync_multi,
+        torch_xla's sync of listed tensors) is not a marker, so a model with dropout would
+        compile a longer graph every step. ASSUMED: torch_gcu keeps torch_xla's chain (its
+        source shows the Python layer only); a new seed costs a host call either way."""
+        self._seed = (1012031 + 7012063 * self._seed) % 2**32
+        self.torch_gcu.manual_seed_all(self._seed)
 
     def check_collectives(self) -> None:
         if not self._gcu_dist().is_eccl_available():
@@ -221,7 +233,7 @@ class GCU1Accelerator(Accelerator):
             )
             return
         optimizer.step(**kwargs)
-        self._step_outputs = step_outputs(self.torch_gcu, optimizer, model) + _card(loss)
+        self._step_outputs = step_outputs(optimizer, model) + _card(loss)
 
     def after_amp_step(self, optimizer, model, scaler, loss) -> None:
         self.finish_step()
@@ -236,6 +248,9 @@ class GCU1Accelerator(Accelerator):
             self.torch_gcu.unlazy(outputs + extra, mode=self._mode())
         elif extra:  # an iteration that accumulated gradients without a step: all it made
             self.torch_gcu.sync_lived_tensor(self.current_device(), mode=self._mode())
+        else:
+            return
+        self._next_seed()
 
     def compiled_graphs(self) -> Optional[int]:
         report = getattr(self.torch_gcu, "metrics_report", None)
@@ -269,17 +284,21 @@ def eccl_init_method(dist) -> str:
     return f"tcp://{addr}:{port[0]}?rank={rank}&world_size={world}"
 
 
-def step_outputs(torch_gcu, optimizer, model) -> List[torch.Tensor]:
+def step_outputs(optimizer, model) -> List[torch.Tensor]:
     """What ``torch_gcu.optimizer_step(model=model)`` outputs (core/model.py of 1.x): each
-    parameter, its optimizer state on the card, and the model's buffers."""
+    parameter, its optimizer state on the card, and the model's buffers. The parameters and
+    buffers themselves, where 1.x takes their ``.data``: the same value on 1.x, whose
+    ``.data`` shares its tensor's XLA data, and on torch_xla 2.x, whose functionalized
+    ``.data`` is an alias that a sync leaves the parameter out of (its graph would grow
+    every step)."""
     outputs = []
     for group in optimizer.param_groups:
         for p in group["params"]:
-            outputs.append(p.data)
+            outputs.append(p)
             for value in optimizer.state[p].values():  # plain loops: no call per tensor
                 if isinstance(value, torch.Tensor) and value.device.type == "xla":
                     outputs.append(value)
-    return outputs + list(torch_gcu.collect_buffers(model))
+    return outputs + list(model.buffers())
 
 
 def _on_card(value) -> bool:

@@ -121,6 +121,65 @@ def amp_step(be):
     return out
 
 
+def collective_step(be):
+    """A data-parallel step: each gradient summed over the world through torch.distributed
+    (DDP's all-reduce, here on a world of one process) before the optimizer steps. On XLA
+    a collective is an op of the graph, not a cut."""
+    import torch.distributed as dist
+
+    be.init_world()
+    torch.manual_seed(0)
+    model = _convnet().to(be.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    out = []
+    for _ in range(4):
+        images = torch.randn(2, 3, 16, 16).to(be.device)
+        labels = _labels(2, 16, border=1).to(be.device)
+        before = be.counts()
+        optimizer.zero_grad(set_to_none=True)  # torch 2's default, also on 1.10
+        F.cross_entropy(model(images), labels, ignore_index=IGNORE).backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        optimizer.step()
+        be.step()
+        out.append(delta(be.counts(), before))
+    return out
+
+
+def _dropout_steps(be, reseed: bool) -> List[Dict[str, object]]:
+    """Train steps of a net with dropout whose graph is synced as torch_gcu 1.x's
+    optimizer_step syncs it: the parameters, their state and the loss (unlazy), no step
+    marker; with ``reseed``, a new seed after each (what mmgcu does)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_convnet(), nn.Dropout2d(0.1)).to(be.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    out = []
+    for i in range(4):
+        images = torch.randn(2, 3, 16, 16).to(be.device)
+        labels = _labels(2, 16, border=1).to(be.device)
+        before = be.counts()
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(images), labels, ignore_index=IGNORE)
+        loss.backward()
+        optimizer.step()
+        be.sync(list(model.parameters()) + list(model.buffers()) + [loss])
+        if reseed:
+            be.reseed(1000 + i)
+        out.append(delta(be.counts(), before))
+    return out
+
+
+def dropout_synced_without_a_marker(be):
+    """The seed of each step's dropout chains on the last step's (no marker restarts it):
+    every step's graph is longer, and compiles anew."""
+    return _dropout_steps(be, reseed=False)
+
+
+def dropout_reseeded(be):
+    """The same with a new seed after each step: the chain restarts, no compile after two."""
+    return _dropout_steps(be, reseed=True)
+
+
 def vit_block(be):
     """A ViT encoder layer of mmseg (attention, MLP, layer norms): train steps."""
     from mmseg.models.backbones.vit import TransformerEncoderLayer
@@ -338,6 +397,70 @@ def fcn_r50_val_host(be):
     return _validate(be, _fcn_r50(), sizes, on_card_metric=False)
 
 
+def mmgcu_loops(be):
+    """mmgcu's own runner (GCURunner, its optimizer wrapper, message hub, hooks and loops,
+    its changes to the model) training mmseg's tiny FCN four iterations (label maps whose
+    ignored border changes) and validating twelve images of twelve sizes: the graphs of
+    each iteration and of the validation. On the oracle, mmgcu drives torch_xla through
+    torch_gcu 1.x's API (``torch_gcu_on_xla.py``)."""
+    import os.path as osp
+    import tempfile
+
+    from mmengine.config import Config
+    from mmengine.hooks import Hook
+
+    be.torch_gcu_api()
+    from mmgcu import GCURunner
+    from mmgcu.rehearsal.data import ASPECTS, write_dataset
+
+    class Count(Hook):
+        priority = "LOWEST"
+
+        def __init__(self):
+            self.steps, self.val = [], None
+
+        def before_train_iter(self, runner, batch_idx, data_batch=None):
+            self.mark = be.counts()
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            self.steps.append(delta(be.counts(), self.mark))
+
+        def before_val_epoch(self, runner):
+            self.mark = be.counts()
+
+        def after_val_epoch(self, runner, metrics=None):
+            self.val = delta(be.counts(), self.mark)
+
+    root = tempfile.mkdtemp(prefix="mmgcu-conformance-")
+    cfg = Config.fromfile(osp.join(osp.dirname(__file__), "..", "..", TINY_CONFIG))
+    dataset = dict(cfg.train_dataloader.dataset, data_root=root)
+    model = dict(decode_head=dict(num_classes=4, ignore_index=IGNORE))
+    write_dataset(root, dataset, "train", [(64, 64)] * 8, model)
+    sizes = [(48, round(48 * a)) if a >= 1 else (round(48 / a), 48) for a in ASPECTS]
+    write_dataset(root, dataset, "val", sizes, model, seed=1)
+    for loader in ("train_dataloader", "val_dataloader"):
+        split = "train" if loader.startswith("train") else "val"
+        cfg[loader].dataset.update(
+            data_root=root,
+            data_prefix=dict(img_path=f"img_dir/{split}", seg_map_path=f"ann_dir/{split}"),
+            ann_file=f"{split}.txt",
+        )
+        cfg[loader].update(num_workers=0, persistent_workers=False)
+    cfg.train_cfg = dict(type="IterBasedTrainLoop", max_iters=4, val_interval=4)
+    cfg.default_hooks.logger.interval = 1
+    cfg.default_hooks.checkpoint = dict(type="CheckpointHook", interval=100)
+    cfg.work_dir = osp.join(root, "work")
+    cfg.launcher = "none"
+    runner = GCURunner.from_cfg(cfg)
+    count = Count()
+    runner.register_hook(count)
+    runner.train()
+    return dict(steps=count.steps, val=count.val)
+
+
+TINY_CONFIG = "configs/tiny/fcn_r18-tiny_8xgcu_synthetic-64x64.py"
+
+
 PROGRAMS = {
     f.__name__: f
     for f in (
@@ -346,6 +469,9 @@ PROGRAMS = {
         with_avg_non_ignore,
         static_accuracy,
         amp_step,
+        collective_step,
+        dropout_synced_without_a_marker,
+        dropout_reseeded,
         vit_block,
         tiny_train,
         val_host,
@@ -355,5 +481,6 @@ PROGRAMS = {
         fcn_r50_train,
         fcn_r50_val_on_card,
         fcn_r50_val_host,
+        mmgcu_loops,
     )
 }

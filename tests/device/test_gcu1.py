@@ -474,3 +474,19 @@ def test_on_the_simulated_torch_gcu_1x():
     assert out["amp_step"] == {"unlazy": 1, "graph_mode_SAFEASYNC": 1, "graph_outputs_all_live": 0}
     assert out["amp_graphs"]["runs.step"] == 1
     assert out["amp_stepped"] is True
+
+
+def test_each_step_ends_with_a_new_seed_as_a_step_marker_makes_one(accelerator, vendor):
+    """A random op's seed chains on the last one's until a step marker or a new seed, and
+    1.x's step syncs listed tensors (no marker): without a new seed a model with dropout
+    would compile a longer graph every step. The seeds follow torch_xla's marker."""
+    model = torch.nn.Linear(1, 1)
+    accelerator.manual_seed_all(7)
+    seeds = [7]
+    for _ in range(2):
+        accelerator.optimizer_step(_optimizer(model), model)
+        accelerator.finish_step()
+        seeds.append((1012031 + 7012063 * seeds[-1]) % 2**32)
+    assert [c.args[0] for c in vendor.manual_seed_all.call_args_list] == seeds
+    accelerator.finish_step()  # nothing ran: no new seed
+    assert vendor.manual_seed_all.call_count == 3

@@ -779,6 +779,8 @@ inline void define_graph(pybind11::module& m) {
         "run a graph whose outputs are these tensors (torch_gcu's unlazy, optimizer_step)");
   m.def("graph_sync_live", &graph::sync_live, release(),
         "run a graph of every live pending value of a card (sync_lived_tensor, mark_step)");
+  m.def("graph_restart_seed", &graph::restart_seed, release(),
+        "a new seed or a step marker: the card's seed chain starts again");
   m.def("graph_collective", &graph::collective, release(),
         "an ECCL collective: an op of the graph that reads `inputs` and writes `outputs`");
   m.def(

@@ -23,6 +23,10 @@
 //     (GetTensors computes the values without assigning them), so the next fallback on the
 //     same value runs its graph again. Other pending values that used the outputs' IR keep
 //     it (they recompute it);
+//   - every random op (dropout, bernoulli, normal, rand, ...) takes the card's seed from an
+//     IR chain, seed' = seed * k + b, that only a step marker or a new seed restarts
+//     (torch_xla's DeviceContextArena::GetRngSeed, MarkStep, SetRngSeed): a graph synced
+//     without either grows by that chain every step, and compiles anew;
 //   - the graph's hash is that of its outputs' IR; a hash not seen before is compiled
 //     (UncachedCompile), a known one is taken from the cache (CachedCompile), an LRU of
 //     1024 graphs (XLA_COMPILATION_CACHE_SIZE; torch_gcu's dtuTryGetCacheExe caches by hash).
@@ -114,6 +118,8 @@ struct State {
   std::vector<Event> events;
   size_t max_events = 100000;
   int64_t dropped_events = 0;
+  // each card's seed chain: 0 when no random op took a seed since the last restart
+  uint64_t rng[kMaxCards] = {};
   // base op names torch_xla lowers, and the profile of conditional fallbacks
   std::unordered_set<std::string> lowered;
   bool configured = false;
@@ -361,6 +367,22 @@ inline void sync_live(int card) {
   std::sort(blocks.begin(), blocks.end(),
             [](const CardBlock* a, const CardBlock* b) { return a->seq < b->seq; });
   cut_locked(blocks, kStep, "step", caller);
+}
+
+// ---------------------------------------------------------------------------- seeds
+constexpr uint64_t kSeed = 0x5eed;
+
+// The seed a random op on `card` takes: the next link of the card's chain.
+inline uint64_t next_seed_locked(int card) {
+  auto& chain = S().rng[card];
+  chain = mix(chain == 0 ? mix(kScalarData, 2) : chain, kSeed);
+  return chain;
+}
+
+// A new seed (torch_gcu.manual_seed_all) or a step marker: the chain starts again.
+inline void restart_seed(int card) {
+  std::lock_guard<std::mutex> lock(S().mu);
+  S().rng[card] = 0;
 }
 
 // ---------------------------------------------------------------------------- op nodes

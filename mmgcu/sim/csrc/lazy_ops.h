@@ -42,6 +42,20 @@ inline bool is_scalar_argument(const c10::Argument& a) {
   return type->kind() == c10::TypeKind::NumberType;
 }
 
+// Ops that draw random numbers on the card: they take a seed from its chain (lazy_graph.h).
+inline bool draws_random(const std::string& base, const c10::FunctionSchema& schema) {
+  static const std::unordered_set<std::string> ops = {
+      "native_dropout", "dropout", "feature_dropout", "alpha_dropout", "rrelu_with_noise",
+      "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"};
+  if (ops.count(base) > 0) return true;
+  for (const auto& a : schema.arguments()) {
+    auto type = a.type();
+    if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+    if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  }
+  return false;
+}
+
 // In-place ops whose result does not depend on the value they overwrite.
 inline bool overwrites(const std::string& base) {
   static const std::unordered_set<std::string> ops = {
@@ -262,6 +276,7 @@ inline OpRun before_op(const c10::OperatorHandle& op, const std::vector<c10::IVa
     const bool read = !(written && (args[i].kwarg_only() || overwrite));
     n.ivalue_locked(given[i], is_scalar_argument(args[i]), read);
   }
+  if (draws_random(base, schema)) n.add(next_seed_locked(card.index()));
   run.node = n.hash;
   return run;
 }

@@ -1,5 +1,6 @@
 """Models torch_gcu/core/random.py of a 1.x release: ``manual_seed_all`` only (no
-``manual_seed``), for seeds that fit in 32 bits."""
+``manual_seed``), for seeds that fit in 32 bits. A new seed also restarts the seed chain of
+each card's lazy graph (torch_xla's SetRngSeed, which the 1.x runtime forks)."""
 
 import torch
 
@@ -16,3 +17,4 @@ def manual_seed_all(seed: int) -> None:
     torch.default_generator.manual_seed(seed)
     for card in range(state.cards):
         state.ext.manual_seed(card, seed)
+        state.ext.graph_restart_seed(card)
