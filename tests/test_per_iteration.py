@@ -57,7 +57,7 @@ TRAIN_BUDGET = {
     "gcu2": {"mmgcu/optim/wrappers.py": 3, "mmgcu/device/base.py": 2, **SCALARS},
     "gcu1": {
         "mmgcu/optim/wrappers.py": 3,
-        "mmgcu/device/gcu1.py": 7,
+        "mmgcu/device/gcu1.py": 8,
         **SCALARS,
         **SEAL,
         "mmgcu/model/whole_graph.py": 4,
