@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.mmgcu-installed
 
-.PHONY: install install-t20 install-xla test test-t20 conformance demo demo-t20 bench zoo lint clean-venv
+.PHONY: install install-t20 install-xla test test-t20 conformance xla-zoo demo demo-t20 bench zoo lint clean-venv
 
 install: $(STAMP)
 
@@ -118,6 +118,12 @@ conformance: install install-t20 install-xla
 	PJRT_DEVICE=CPU $(XLA_PY) -m tests.conformance.run xla > $(ORACLE)
 	MMGCU_CONFORMANCE=required MMGCU_ORACLE_RESULTS=$(ORACLE) $(PY) -m pytest -q tests/conformance
 	MMGCU_CONFORMANCE=required MMGCU_ORACLE_RESULTS=$(ORACLE) $(T20_PY) -m pytest -q tests/conformance
+
+# Five of the zoo's stock configs on torch_xla and on the simulated card (torch_xla's
+# lowerings and the T20's), with and without mmgcu keeping their graph whole: the table in
+# docs/xla_zoo.md. About an hour on 2 cores (torch_xla compiles on the CPU).
+xla-zoo: install install-t20 install-xla
+	$(PY) -m tests.conformance.xla_zoo table --out docs/xla_zoo.md
 
 install-xla: $(XLA_STAMP)
 

@@ -24,6 +24,8 @@ REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from mmgcu.rehearsal.graphs import WARM_UP  # noqa: E402
+
 #: family -> (stock config under mmseg's configs/, package it needs beyond mmseg or None).
 #: The smallest config of each family; where a family's smallest trains on a dataset of
 #: another task (LEVIR-CD's image pairs for Swin), the ADE20K one.
@@ -122,6 +124,9 @@ LEGS = {
     "main": ("s60", "S60: torch_gcu 2.x, torch 2.13"),
     "t20": ("t20", "T20: torch_gcu 1.x, torch 1.10, Python 3.8"),
 }
+#: Iterations per rehearsal: the two of warm-up (:data:`mmgcu.rehearsal.graphs.WARM_UP`) and
+#: one after, whose graph runs and compiles the T20 leg's graph table shows.
+ITERS = 3
 GCU_KEYS = (
     'custom_imports = dict(imports=["mmgcu"], allow_failed_imports=False)\n'
     'runner_type = "GCURunner"\n'
@@ -163,7 +168,7 @@ def rehearse_family(family, config, needs, leg, work_root) -> dict:
         cfg_options=options,
         cards=2,
         hardware=LEGS[leg][0],
-        iters=2,
+        iters=ITERS,
         scale="small",
         work_dir=osp.join(work_root, family),
     )
@@ -183,6 +188,28 @@ def rehearse_family(family, config, needs, leg, work_root) -> dict:
         peak_gib=round(summary.get("peak_bytes", 0) / (1 << 30), 2),
         amp=summary.get("amp"),
         card_ops=summary.get("card_ops", []),
+        graph=graph_row(summary.get("graph")),
+    )
+
+
+def graph_row(graph) -> dict:
+    """What the table shows of a lazy card's graphs (None off a lazy card)."""
+    if not graph:
+        return None
+    train, val = graph.get("train") or {}, graph.get("val") or {}
+    cuts = [f"{c['what']} ({c['cause']}) at {c['caller']}" for c in train.get("cuts", ())[:3]]
+    return dict(
+        runs_first=train.get("runs_first"),
+        runs_later=train.get("runs_later"),
+        compiles_later=train.get("compiles_later"),
+        val_compiles=val.get("compiles"),
+        val_images=val.get("images"),
+        val_shapes=val.get("input_shapes"),
+        val_runs_per_image=val.get("runs_per_image"),
+        cuts=cuts,
+        val_cuts=[f"{c['what']} ({c['cause']}) at {c['caller']}" for c in val.get("cuts", ())[:3]],
+        changes=graph.get("changes", []),
+        stalls=[s["what"] for s in graph.get("stalls", ())],
     )
 
 
@@ -268,13 +295,14 @@ def table(args) -> int:
         "`mmgcu rehearse` on 2 simulated cards per leg (`--scale small`: the largest crop side",
         "128 px, BEiT's and MAE's img_size with it; LRASPP's crop 392 x 392 px, the least its",
         "pooling window fits),",
-        "2 iterations, checkpoint, validation, resume and one more iteration (no second save);",
+        f"{ITERS} iterations, checkpoint, validation, resume and one more iteration (no second",
+        "save);",
         "synthetic data through each config's own pipelines; no pretrained weights (none is",
         "downloaded).",
-        "Losses are those of iterations 1 and 2 on rank 0, compared at 1e-4 (relative); in",
+        f"Losses are those of iterations 1 to {ITERS} on rank 0, compared at 1e-4 (relative); in",
         "configs with AMP each leg halves the ops its own autocast lists (torch 2.13's for",
         "torch_gcu 2.x, torch 1.10's GPU policy for torch_gcu 1.x), with each torch's half",
-        "kernels, so those are compared at 1e-2. Where a float32 row differs at iteration 2,",
+        "kernels, so those are compared at 1e-2. Where a float32 row differs after iteration 1,",
         "the two torch builds differ on the CPU alone: HRNet's rehearsal config trained on",
         "the plain CPU (one process, no simulator; 2026-11-26) gave losses 1.857054 / 2.546101",
         "/ 2.196454 on torch 2.13 and 1.857054 / 2.546244 / 2.202481 on torch 1.10.",
@@ -314,6 +342,7 @@ def table(args) -> int:
         if r.get("changed")
     ]
     changed = list(dict.fromkeys(changed))
+    lines += graph_table(legs, by_leg)
     lines += ["", "## Why a row did not pass", ""] + (reasons or ["Every row passed."])
     lines += ["", "## What the zoo changed in a config", ""] + (changed or ["Nothing."])
     lines += ["", "## Families left out", ""]
@@ -322,6 +351,39 @@ def table(args) -> int:
         f.write("\n".join(lines) + "\n")
     print(f"zoo: wrote {args.out} ({len(families)} families)")
     return 0
+
+
+def graph_table(legs, by_leg) -> list:
+    """The lazy card's graphs per family, from each leg whose cards keep one (the T20's)."""
+    lines = []
+    for leg, rows in zip(legs, by_leg):
+        rows = [r for r in rows.values() if r.get("graph")]
+        if not rows:
+            continue
+        lines += [
+            "",
+            f"## The lazy graph, {leg['label']}",
+            "",
+            "What the simulated XLA card counted (`mmgcu/sim/csrc/lazy_graph.h`, checked against",
+            "torch_xla by `make conformance`): graph runs per training step after the "
+            f"{WARM_UP} steps of",
+            "warm-up (1 is the target: the step's own), graphs compiled after warm-up (0 is the",
+            "target), and the validation's compiles for its images and input shapes. The extra",
+            "runs name the op and the Python line that cut the graph.",
+            "",
+            "| family | runs per step | compiles after warm-up | validation: compiles / images "
+            "/ shapes | runs per image | extra runs |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            g = r["graph"]
+            val = f"{g['val_compiles']} / {g['val_images']} / {g['val_shapes']}"
+            cuts = "; ".join(g["cuts"] + [f"validation: {c}" for c in g["val_cuts"]]) or "-"
+            lines.append(
+                f"| {r['family']} | {g['runs_later']} | {g['compiles_later']} | {val} | "
+                f"{g['val_runs_per_image']} | {cuts.replace('|', '/')} |"
+            )
+    return lines
 
 
 def main(argv=None) -> int:

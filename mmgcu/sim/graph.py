@@ -8,7 +8,7 @@ names the Python caller of a cut, and gives its counters as torch_gcu 1.x report
 
 ``MMGCU_SIM_XLA`` picks the lowering profile: ``t20`` (default, torch_xla 1.10, which
 torch_gcu 1.x forks) or ``xla-cpu`` (torch_xla 2.9 on a CPU device, the conformance suite's
-real runtime).
+real runtime); ``off`` keeps no graph (``make bench`` measures what keeping it costs).
 """
 
 import os
@@ -19,9 +19,9 @@ from typing import Dict, List
 from . import state, xla_ops
 
 PROFILE_ENV = "MMGCU_SIM_XLA"
-PROFILES = ("t20", "xla-cpu")
+PROFILES = ("t20", "xla-cpu", "off")
 #: Compiled graphs kept (XLA_COMPILATION_CACHE_SIZE: 1024 in torch_xla 1.10, 2048 in 2.9).
-CACHE_SIZE = {"t20": 1024, "xla-cpu": 2048}
+CACHE_SIZE = {"t20": 1024, "xla-cpu": 2048, "off": 0}
 _TORCH_DIR = osp.dirname(osp.dirname(osp.abspath(__import__("torch").__file__)))
 _SKIP = (osp.join(_TORCH_DIR, "torch", ""), osp.join(osp.dirname(osp.abspath(__file__)), ""))
 
@@ -37,6 +37,8 @@ def lowered(name: str) -> List[str]:
     """The ops a profile lowers, by base name."""
     # on torch 1.10 the card sees _cat where torch_xla (either version) lowers cat itself
     common = xla_ops.AUTOGRAD_BACKWARD | xla_ops.REACHED_THROUGH_LOWERED_1_10
+    if name == "off":
+        return []
     if name == "xla-cpu":
         return sorted(xla_ops.LOWERED_2_9 | xla_ops.COMPOSITE_2_9 | common)
     ops = xla_ops.LOWERED_1_10 | xla_ops.COMPOSITE_1_10 | xla_ops.NEW_IN_TORCH2_LOWERED

@@ -52,4 +52,3 @@ def install() -> types.ModuleType:
     sys.modules["torch_gcu"] = module
     sys.modules["torch_gcu.distributed"] = module.distributed
     return module
-

@@ -108,3 +108,13 @@ def test_the_metrics_report_gives_the_count_of_compiles_mmgcu_reads(t20):
     assert compiled == uncached >= 10
     assert "Metric: CompileTime\n  TotalSamples: " in t20["report"]
     assert "Counter: aten::nonzero\n  Value: 1\n" in t20["report"]
+
+
+def test_the_off_profile_keeps_no_graph():
+    """``MMGCU_SIM_XLA=off`` (what ``make bench`` compares against): the same program counts
+    no graph run, compile or fallback at all."""
+    off = _run("off")
+    assert off["reads"] == [0, 0, 0, {}]
+    assert off["items"] == [0, 0, 0, {}]
+    assert off["mask_index"] == [0, 0, 0, {}]
+    assert off["caller"] is None

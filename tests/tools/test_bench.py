@@ -267,3 +267,42 @@ def test_no_file_over_400_lines_no_function_over_40():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 assert node.end_lineno - node.lineno < 40, f"{path}: {node.name}"
+
+
+def test_graphs_pairs_alternate_and_the_verdict_is_the_median_ratio():
+    from sections import graphs
+
+    assert [graphs.order(p) for p in range(3)] == [("off", "t20"), ("t20", "off"), ("off", "t20")]
+
+    def runs(kept_walls, code=0):
+        out = []
+        for pair, kept in enumerate(kept_walls):
+            walls = dict(off=40.0, t20=kept)
+            out += [dict(profile=p, wall_s=walls[p], exit_code=code) for p in graphs.order(pair)]
+        return out
+
+    result = graphs.summary(runs([42.0, 60.0, 43.0]))  # one pair disturbed
+    assert result["pair_ratios"] == pytest.approx([1.05, 1.5, 1.075])
+    assert result["ratio"] == pytest.approx(1.075) and result["passed"] is True
+    assert graphs.summary(runs([45.0, 46.0, 44.4]))["passed"] is False  # 1.11 median
+    assert graphs.summary(runs([40.0] * 3, code=1))["passed"] is False
+    assert graphs.rows(result)[0][-1] == "PASS"
+
+
+def test_padding_reads_the_last_test_metrics_of_the_log():
+    from sections import padding
+
+    log = "\n".join(
+        [
+            "11/28 18:31:59 - mmengine - INFO - Iter(test) [4/48]    eta: 0:00:01",
+            "11/28 18:32:01 - mmengine - INFO - Iter(test) [48/48]    aAcc: 93.1000  "
+            "mIoU: 81.0300  mAcc: 88.9000  data_time: 0.0024  time: 0.4436",
+        ]
+    )
+    assert padding.metrics_of(log) == dict(aAcc=93.1, mIoU=81.03, mAcc=88.9)
+    with pytest.raises(RuntimeError, match="no test metrics"):
+        padding.metrics_of("Iter(test) [4/48]    eta: 0:00:01")
+    result = dict(images=48, own_size=dict(aAcc=1.0, mIoU=2.0, mAcc=3.0))
+    result["padded"] = dict(aAcc=1.5, mIoU=1.0, mAcc=3.0)
+    result["difference"] = dict(aAcc=0.5, mIoU=-1.0, mAcc=0.0)
+    assert padding.rows(result)[1][1] == "2.00 / 1.00 (-1.00)"

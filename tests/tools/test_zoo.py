@@ -85,3 +85,31 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
     assert "  Fix: do y" in text
     assert "no torchvision build matches torch 2.13" in text
     assert "- **dinov2**: 1 image per card" in text
+
+
+def test_the_graph_table_shows_the_lazy_legs_graphs_and_cuts(tmp_path):
+    graph = dict(
+        train=dict(
+            runs_first=3,
+            runs_later=2.0,
+            compiles_later=0,
+            cuts=[dict(what="aten::nonzero", cause="fallback", caller="head.py:12", per_step=1.0)],
+        ),
+        val=dict(compiles=5, images=8, input_shapes=6, runs_per_image=1.0, cuts=[]),
+        changes=["FCNHead: accuracy on the card"],
+        stalls=[dict(what="a training step runs 2.0 graphs", cost="", fix="")],
+    )
+    main = [row("fcn")]
+    t20 = [row("fcn", graph=zoo.graph_row(graph))]
+    paths = []
+    for leg, rows in (("main", main), ("t20", t20)):
+        path = tmp_path / f"{leg}.json"
+        path.write_text(json.dumps(dict(leg=leg, label=zoo.LEGS[leg][1], rows=rows)))
+        paths.append(str(path))
+    out = tmp_path / "zoo.md"
+    assert zoo.main(["table", *paths, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert f"## The lazy graph, {zoo.LEGS['t20'][1]}" in text
+    assert f"## The lazy graph, {zoo.LEGS['main'][1]}" not in text  # S60 cards keep no graph
+    assert "| fcn | 2.0 | 0 | 5 / 8 / 6 | 1.0 | aten::nonzero (fallback) at head.py:12 |" in text
+    assert zoo.graph_row(None) is None

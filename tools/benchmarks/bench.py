@@ -16,6 +16,10 @@ docstring says what it measures and how):
    logging and with ``--amp`` in each overflow step (target: one per log line).
 6. ``sync_bn``: one ``GCUSyncBatchNorm`` layer against torch's SyncBN algorithm and BN on 2
    and 4 gloo ranks (target <= 1.0 against torch's), and its collectives.
+7. ``graphs``: what keeping the simulated T20 card's lazy graph costs the 8-rank run of
+   section 3, against ``MMGCU_SIM_XLA=off`` (target <= 1.10x).
+8. ``padding``: the metrics of make demo's model on validation images of 12 sizes, each
+   at its own size and padded to mmgcu's shape buckets (information).
 
 Layout: this file (command line, main), ``harness.py`` (processes, environments, datasets,
 configs, the baseline checkout, timing helpers, the machine), ``sections/<name>.py``,
@@ -58,6 +62,7 @@ QUICK = dict(
     host_reads_interval=5,
     sync_bn_number=5,
     sync_bn_repeat=2,
+    graphs_pairs=1,
 )
 
 
@@ -134,6 +139,8 @@ def _host_reads_and_sync_bn(p):
     g.add_argument("--sync-bn-ranks", default="2,4", help="gloo ranks, one run each")
     g.add_argument("--sync-bn-number", type=int, default=20, help="calls per timing")
     g.add_argument("--sync-bn-repeat", type=int, default=5, help="timings per variant (median)")
+    g = p.add_argument_group("7 graphs")
+    g.add_argument("--graphs-pairs", type=int, default=3, help="off / kept pairs of runs")
 
 
 def _normalise(p, args):

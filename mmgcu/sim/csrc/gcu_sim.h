@@ -762,9 +762,11 @@ inline void define_graph(pybind11::module& m) {
   m.def(
       "graph_configure",
       [](const std::string& profile, const std::vector<std::string>& lowered, int64_t cache) {
-        TORCH_CHECK(profile == "t20" || profile == "xla-cpu", "graph profile ", profile);
+        TORCH_CHECK(profile == "t20" || profile == "xla-cpu" || profile == "off",
+                    "graph profile ", profile);
         std::lock_guard<std::mutex> lock(graph::S().mu);
         auto& s = graph::S();
+        s.enabled = profile != "off";
         graph::config().profile = profile == "t20" ? graph::kT20 : graph::kXlaCpu;
         s.lowered = std::unordered_set<std::string>(lowered.begin(), lowered.end());
         s.capacity = static_cast<size_t>(cache);

@@ -123,6 +123,7 @@ struct State {
   // base op names torch_xla lowers, and the profile of conditional fallbacks
   std::unordered_set<std::string> lowered;
   bool configured = false;
+  bool enabled = true;
   bool tpu_only_falls_back = false;  // torch_xla on a CPU device: the TPU-only lowerings fall back
   std::unordered_map<const void*, int> kinds;  // by schema, for ops whose kind is fixed
   PyObject* caller_fn = nullptr;
@@ -187,8 +188,10 @@ inline CardBlock* block_of(const at::Tensor& t) {
   return nullptr;
 }
 
+// Whether `t` is on an XLA card whose graph is kept (MMGCU_SIM_XLA=off: none is, to measure
+// what keeping it costs).
 inline bool on_xla(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::XLA;
+  return S().enabled && t.defined() && t.device().type() == c10::DeviceType::XLA;
 }
 
 // ---------------------------------------------------------------------------- values

@@ -246,7 +246,7 @@ inline void note_fallback(const std::string& what, const std::vector<at::Tensor>
 inline OpRun before_op(const c10::OperatorHandle& op, const std::vector<c10::IValue>& given,
                        c10::Device card) {
   OpRun run;
-  if (card.type() != c10::DeviceType::XLA) return run;
+  if (card.type() != c10::DeviceType::XLA || !S().enabled) return run;
   run.lazy = true;
   const auto& schema = op.schema();
   const auto& args = schema.arguments();

@@ -8,7 +8,16 @@ Each module has ``TITLE`` (the table's section label), ``run(h) -> dict`` (``h``
 
 import importlib
 
-NAMES = ("overhead", "startup", "rehearsal", "simcost", "host_reads", "sync_bn")
+NAMES = (
+    "overhead",
+    "startup",
+    "rehearsal",
+    "simcost",
+    "host_reads",
+    "sync_bn",
+    "graphs",
+    "padding",
+)
 
 
 def module(name):
