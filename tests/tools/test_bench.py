@@ -305,4 +305,6 @@ def test_padding_reads_the_last_test_metrics_of_the_log():
     result = dict(images=48, own_size=dict(aAcc=1.0, mIoU=2.0, mAcc=3.0))
     result["padded"] = dict(aAcc=1.5, mIoU=1.0, mAcc=3.0)
     result["difference"] = dict(aAcc=0.5, mIoU=-1.0, mAcc=0.0)
+    result["control"] = dict(difference=dict(aAcc=0.0, mIoU=0.0, mAcc=0.0))
     assert padding.rows(result)[1][1] == "2.00 / 1.00 (-1.00)"
+    assert padding.rows(result)[3][1] == "+0.00 / +0.00 / +0.00"
