@@ -8,7 +8,12 @@ mmgcu keeps their graph whole.
 (:func:`mmgcu.rehearsal.plan.derive`: ``--scale small``, synthetic data of the dataset's
 shapes, no pretrained weights) with GCURunner in one process on one card, 4 iterations
 and a validation of 8 images, with ``gcu_whole_graph`` on or off, and prints the graph runs
-and compiles of each iteration and of the validation. On ``xla`` the card is torch_xla 2.9's
+and compiles of each iteration and of the validation. Before validation the decode head is
+set to predict class 0 everywhere, as ``programs.py``'s validations do: the data-dependent
+shapes of the stock metric (how many pixels agree with the label) are then the labels'
+alone, the same on both runtimes; the trained weights differ between them (dropout draws
+other numbers on torch_xla), and a model 4 steps from random predicts near-uniform logits
+that tip either way. On ``xla`` the card is torch_xla 2.9's
 CPU device, driven through torch_gcu 1.x's API (``torch_gcu_on_xla.py``); on ``sim`` it is a
 simulated T20 card with the lowering profile that ``MMGCU_SIM_XLA`` names.
 
@@ -29,6 +34,7 @@ import tempfile
 from typing import Dict, List
 
 from .backends import backend, delta
+from .programs import predict_one_class
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 ITERS = 4
@@ -100,7 +106,18 @@ def rehearsed(be, family: str, whole: bool) -> Dict[str, object]:
             self.steps.append(delta(be.counts(), self.mark))
 
         def before_val_epoch(self, runner):
-            self.mark = be.counts()
+            from mmengine.model import is_model_wrapper
+
+            model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+            predict_one_class(model)
+            be.step()  # the head's new weights are device data before validation counts
+            self.mark = self.image = be.counts()
+            self.images: List[dict] = []
+
+        def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            now = be.counts()
+            self.images.append(delta(now, self.image))
+            self.image = now
 
         def after_val_epoch(self, runner, metrics=None):
             self.val = delta(be.counts(), self.mark)
@@ -110,7 +127,8 @@ def rehearsed(be, family: str, whole: bool) -> Dict[str, object]:
     count = Count()
     runner.register_hook(count)
     runner.train()
-    return dict(steps=count.steps, val=count.val, val_images=len(sizes), val_sizes=len(set(sizes)))
+    out = dict(steps=count.steps, val=count.val, val_images=len(sizes), val_sizes=len(set(sizes)))
+    return dict(out, val_per_image=count.images)
 
 
 def _run_one(card: str, family: str, whole: bool) -> dict:

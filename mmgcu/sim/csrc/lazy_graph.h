@@ -85,6 +85,7 @@ constexpr uint64_t kConst = 0xc0c0;
 constexpr uint64_t kScalarData = 0x5ca1;
 constexpr uint64_t kGraph = 0x96a9;
 constexpr uint64_t kUpdate = 0x0bda;
+constexpr uint64_t kZeroFull = 0x0f00;
 
 // Why a graph ran.
 enum Cause { kStep = 0, kHostRead = 1, kFallback = 2 };

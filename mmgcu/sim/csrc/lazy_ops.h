@@ -224,6 +224,7 @@ inline int kind_of(const std::string& base, const std::vector<c10::IValue>& g) {
 struct OpRun {
   bool lazy = false;      // an op on an XLA card
   bool fallback = false;  // it ran on the CPU after a cut
+  bool zero_index = false;  // an index whose empty result is a constant (torch_xla 2.9)
   uint64_t node = 0;
   std::vector<const CardBlock*> inputs;  // its card inputs' storages: results in them are views
 };
@@ -268,6 +269,10 @@ inline OpRun before_op(const c10::OperatorHandle& op, const std::vector<c10::IVa
   std::lock_guard<std::mutex> lock(S().mu);
   for (const auto& t : inputs) run.inputs.push_back(block_of(t));
   if (run.fallback) return run;
+  // torch_xla >= 2.4 (pytorch/xla#7113, ops/index_ops.cpp IndexByTensors): indexing by an
+  // index with no element returns full(shape, 0), a constant of the graph that reads none
+  // of the inputs; torch_xla 1.10 gathers as for any index.
+  run.zero_index = base == "index" && config().profile == kXlaCpu;
   Node n(name + "." + schema.overload_name());
   const bool overwrite = overwrites(base);
   for (size_t i = 0; i < args.size() && i < given.size(); ++i) {
@@ -294,6 +299,8 @@ inline void after_op(const OpRun& run, const c10::OperatorHandle& op,
     if (run.fallback) {
       const CardBlock* b = block_of(t);
       write_locked(t, b ? leaf(b) : kData, false);
+    } else if (run.zero_index && t.numel() == 0) {
+      write_locked(t, mix(kZeroFull, geometry(t)), true);
     } else {
       result_locked(t, run.node, index);
     }

@@ -112,6 +112,15 @@ out["cache"] = counted(same_graph_twice)
 torch_gcu.clear_graph_caches()
 out["cache_cleared"] = counted(lambda: (x * 5 + 3).cpu())
 
+
+def empty_index(side):
+    y = torch.randn(side, side).to(card)
+    return counted(lambda: torch.histc(y[y > 100].float(), bins=4, min=0, max=3).cpu())
+
+
+# a mask that selects nothing: the same graph for every size on torch_xla 2.9, not on 1.10
+out["empty_index"] = [empty_index(4), empty_index(5)]
+
 # where: the Python line that made a cut; on autograd's thread, "backward"
 start = graph.counters()["events"]
 (x * 7).cpu()
