@@ -116,6 +116,53 @@ def test_the_shipped_dinov2_config_rehearses_on_t20_cards(tmp_path):
     assert report["summary"]["sync_bn"]["layers"] > 0
 
 
+def tiny_model_gradients() -> int:
+    """Bytes of the tiny model's trainable parameters, built here on the CPU."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS
+    from mmseg.utils import register_all_modules
+
+    register_all_modules(init_default_scope=False)
+    with DefaultScope.overwrite_default_scope("mmseg"):
+        model = MODELS.build(Config.fromfile(TINY).model)
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.t20
+def test_real_scale_measures_one_card_and_works_out_each_card_of_the_job(tmp_path):
+    code, out, report = rehearse(tmp_path, TINY, "--scale", "real")  # --cards 2
+    assert code == 0, out[-5000:]
+    assert [p["status"] for p in report["phases"]] == ["passed"] * 7, report["phases"]
+    assert (report["cards"], report["world"], report["iters"]) == (1, 2, 1)
+    assert [c["card"] for c in report["summary"]["cards"]] == [0]
+    figure = report["memory"]
+    with open(osp.join(report["work_dir"], "rehearsal", "memory-rank0-train.json")) as f:
+        facts = json.load(f)
+    grads = tiny_model_gradients()
+    assert facts["gradients"] == dict(float32=grads) and facts["world_size"] == 1
+    # SGD with momentum: one buffer per parameter. The gradients stay after the step where
+    # zero_grad zeroes them in place (torch 1.10's default); torch 2 frees them (set_to_none)
+    held = grads if TORCH_1 else 0
+    assert facts["first"]["state_bytes"] == grads and facts["first"]["gradients_held"] == held
+    assert figure["steady"]["bytes"] == facts["first"]["peak_bytes"] + grads + held
+    names = [(a["name"], a["bytes"]) for a in figure["additions"]]
+    # the largest SyncBN input: the stem's at half the 64 px crop, 16 channels, 2 images
+    largest = facts["sync_bn"]["largest"]
+    assert facts["sync_bn"]["layers"] == 23
+    assert (largest["shape"], largest["dtype"]) == ([2, 16, 32, 32], "float32")
+    assert names == [
+        ("DDP gradient buckets", grads),
+        ("DDP construction", 2 * facts["weights_bytes"]),  # its broadcast: all the weights
+        ("SyncBN across 2 ranks", 2 * 16 * 32 * 32 * 4),  # a float32 copy of that input
+    ]
+    steady = max(figure["steady"]["bytes"], report["summary"]["peak_bytes"])
+    assert figure["total_bytes"] == steady + grads + names[2][1] and figure["fits"]
+    assert "one card measured for a job of 2" in out
+    assert "memory per card for 2 rank(s), 2 image(s) each" in out
+    assert "resume at the config's crop 64x64" in out and "PASSED" in out
+
+
 @pytest.mark.skipif(
     TORCH_1, reason="an op with no card path rehearses on the main leg (torch_gcu 2.x)"
 )
