@@ -3,13 +3,14 @@
 
 import importlib.util
 import json
+import os
 import os.path as osp
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import TORCH_1, clean_env
+from tests.conftest import REPO, TORCH_1, clean_env
 from tests.e2e.conftest import TINY
 from tests.rehearsal.helpers import assert_tiny_model_passed_every_phase
 
@@ -21,8 +22,9 @@ GCU_KEYS = (
 )
 
 
-def rehearse(tmp_path, config, *args, timeout=600):
-    """``mmgcu rehearse CONFIG --cards 2 ARGS`` in a fresh process; (exit, output, report)."""
+def rehearse(tmp_path, config, *args, timeout=600, **env):
+    """``mmgcu rehearse CONFIG --cards 2 ARGS`` in a fresh process, ``env`` added; (exit,
+    output, report)."""
     work = str(tmp_path / "work")
     proc = subprocess.run(
         [
@@ -37,7 +39,7 @@ def rehearse(tmp_path, config, *args, timeout=600):
             work,
             *args,
         ],
-        env=clean_env(),
+        env=clean_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -161,6 +163,53 @@ def test_real_scale_measures_one_card_and_works_out_each_card_of_the_job(tmp_pat
     assert "one card measured for a job of 2" in out
     assert "memory per card for 2 rank(s), 2 image(s) each" in out
     assert "resume at the config's crop 64x64" in out and "PASSED" in out
+
+
+#: A hook that kills its own rank in the resume job, as the kernel's out-of-memory killer
+#: kills a rank whose simulated card outgrows the host.
+KILLER = """import os
+import signal
+
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class KilledByTheHost(Hook):
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        if runner.cfg.get("resume"):
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.t20
+def test_a_rank_the_host_kills_is_not_proven_here_and_never_the_cards_failure(tmp_path):
+    (tmp_path / "killer.py").write_text(KILLER)
+    config = tmp_path / "killed.py"
+    config.write_text(
+        f"_base_ = [{TINY!r}]\n"
+        'custom_imports = dict(imports=["mmgcu", "killer"], allow_failed_imports=False)\n'
+        'custom_hooks = [dict(type="KilledByTheHost")]\n'
+    )
+    path = os.pathsep.join([str(tmp_path), REPO])
+    code, out, report = rehearse(tmp_path, str(config), "--scale", "real", PYTHONPATH=path)
+    assert code == 1, out[-5000:]
+    statuses = [(p["name"], p["status"]) for p in report["phases"]]
+    assert statuses[-1] == ("resume", "failed") and statuses[-2] == ("val", "passed")
+    assert "exitcode -9" in report["error"]["message"]
+    verdict = out.split("  verdict: ", 1)[1].splitlines()
+    assert verdict[0].startswith(
+        "NOT PROVEN ON THIS HOST: a rank was killed for this host's memory in resume"
+    )
+    assert "this says nothing of the T20's card" in verdict[0]
+    assert verdict[1] == "  proven: build, placement, wrap, train, save, val"
+    assert verdict[2].startswith("  proven: per card for 2 rank(s), ") and "fits" in verdict[2]
+    assert verdict[3:5] == [  # (the progress lines on stderr follow)
+        "  not proven: resume",
+        f"  finish on this host: mmgcu rehearse {config} --cards 2",
+    ]
+    assert report["finish"] == f"mmgcu rehearse {config} --cards 2"
+    assert "FAILED" not in out and "fix: the simulated cards" not in out
 
 
 @pytest.mark.skipif(
