@@ -1,6 +1,6 @@
 """``mmgcu rehearse CONFIG``: the config on simulated cards, then a pre-flight report.
 
-    mmgcu rehearse CONFIG [--cards 8] [--hardware t20|s60] [--iters 3]
+    mmgcu rehearse CONFIG [--cards 8] [--hardware t20|s60] [--iters 3 (small), 1 (real)]
                    [--scale small|real] [--card-memory 32] [--cfg-options k=v ...]
 
 See :func:`mmgcu.rehearsal.rehearse`; exit status 0 when every phase passed.
@@ -8,7 +8,7 @@ See :func:`mmgcu.rehearsal.rehearse`; exit status 0 when every phase passed.
 
 import sys
 
-from ..rehearsal.plan import SMALL_SIDE, T20_MEMORY_GIB  # standard library only
+from ..rehearsal.plan import DEFAULT_ITERS, SMALL_SIDE, T20_MEMORY_GIB  # standard library only
 
 
 def add_parser(sub) -> None:
@@ -21,7 +21,13 @@ def add_parser(sub) -> None:
         "rehearsal.json in the work dir.",
     )
     parser.add_argument("config", metavar="CONFIG", help="config file, or a shipped config")
-    parser.add_argument("--cards", type=int, default=8, help="simulated cards (default 8)")
+    parser.add_argument(
+        "--cards",
+        type=int,
+        default=8,
+        help="cards of the job (default 8): as many simulated cards at --scale small; at "
+        "--scale real one card is measured and the figure is each card's in a job of CARDS",
+    )
     parser.add_argument(
         "--hardware",
         choices=("t20", "s60"),
@@ -31,15 +37,18 @@ def add_parser(sub) -> None:
     parser.add_argument(
         "--iters",
         type=int,
-        default=3,
-        help="training iterations (default 3: on a lazy card the first two compile)",
+        default=None,
+        help=f"training iterations (default {DEFAULT_ITERS['small']} at --scale small: on a "
+        f"lazy card the first two compile; {DEFAULT_ITERS['real']} at --scale real: the "
+        "later steps' memory is worked out from it)",
     )
     parser.add_argument(
         "--scale",
         choices=("small", "real"),
         default="small",
         help=f"small: crops shrunk to {SMALL_SIDE} px (seconds an iteration); real: the "
-        "config's crop, so the memory figures mean something",
+        "config's crop on one rank, for the memory of each card of the job (about one "
+        "card's memory of this host)",
     )
     parser.add_argument(
         "--card-memory",

@@ -10,6 +10,11 @@ and what a rehearsal need not repeat:
   initialisation), so nothing is fetched;
 - the schedule is ``iters`` iterations, one validation and a checkpoint at the end, a log
   line every iteration;
+- ``scale='real'`` keeps the config's crops and runs one rank (:func:`ranks`): one simulated
+  card is a card's worth of host memory, and what the other ranks of the configured world
+  add to each card is worked out (:mod:`mmgcu.rehearsal.memory`). Its resume job trains its
+  one iteration at the small scale's crop (:func:`resume_derive`): the step after the first
+  at the config's crop is the train job's figure, and the host need not hold it twice;
 - ``scale='small'`` divides every crop, resize scale and sliding window by one factor, so
   the largest crop side is :data:`SMALL_SIDE`; backbones that build their position tables
   for an ``img_size`` (:data:`SIZED_BY_IMG_SIZE`) get it divided by the same factor, and
@@ -45,10 +50,25 @@ DEFAULT_CROP = (512, 512)
 #: A T20 card's memory, what the peaks are compared with by default.
 T20_MEMORY_GIB = 32
 HOOK = "mmgcu.rehearsal.hook"
+#: The module of the hook that records what a card's memory figure needs.
+MEMORY_HOOK = "mmgcu.rehearsal.memory"
+#: Training iterations by default, by scale: at the small scale three (on a lazy card the
+#: first two compile); at real scale one, minutes on a CPU, which with the optimizer
+#: state and gradients measured after it gives the figure of every later step.
+DEFAULT_ITERS = {"small": 3, "real": 1}
+#: Validation images per rank at real scale: the memory of one (at the config's crop);
+#: the small scale's images show what each new input shape costs a lazy card.
+REAL_VAL_IMAGES = 1
 #: Dataset wrappers whose inner dataset the rehearsal reads (the first one of a concat).
 WRAPPERS = ("RepeatDataset", "ClassBalancedDataset", "ConcatDataset", "MultiImageMixDataset")
 LOADERS = ("train_dataloader", "val_dataloader", "test_dataloader")
 SPLITS = {"train_dataloader": "train", "val_dataloader": "val", "test_dataloader": "val"}
+
+
+def ranks(scale: str, cards: int) -> int:
+    """The ranks a rehearsal runs: every card at the small scale; one at real scale, whose
+    card stands for each card of the ``cards`` of the job."""
+    return cards if scale == "small" else 1
 
 
 def pair(value) -> Tuple[int, int]:
@@ -317,11 +337,12 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     hooks["logger"] = logger
     out["default_hooks"] = hooks
     out["log_processor"] = dict(out.get("log_processor") or {}, by_epoch=False)
-    out["custom_hooks"] = list(out.get("custom_hooks") or []) + [dict(type="RehearsalHook")]
+    hooks = [dict(type="RehearsalHook"), dict(type="RehearsalMemoryHook")]
+    out["custom_hooks"] = list(out.get("custom_hooks") or []) + hooks
     imports = dict(out.get("custom_imports") or dict(imports=[]))
     names = imports.get("imports") or []
     names = [names] if isinstance(names, str) else list(names)
-    imports["imports"] = names + [HOOK]
+    imports["imports"] = names + [HOOK, MEMORY_HOOK]
     out["custom_imports"] = imports
     out["randomness"] = dict(out.get("randomness") or {}, seed=0)
     if out.get("visualizer"):  # local files only: no experiment tracker is reached
@@ -331,3 +352,26 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     has_val = bool(out.get("val_dataloader") and out.get("val_evaluator"))
     changes = dict(crop=crop, config_crop=crop_of(cfg), image_side=side, factor=factor)
     return out, dict(changes, notes=notes, has_val=has_val)
+
+
+def resume_derive(cfg, data_root: str, iters: int) -> Tuple[Optional[Dict[str, Any]], str]:
+    """The resume job's config at real scale, and what it changes: the small scale's crops
+    with the same model, so the resumed step holds the loaded optimizer state and the
+    gradients beside a small crop's activations; None (the train job's config, the
+    config's crops) where the backbone's tables are built for its ``img_size``
+    (:data:`SIZED_BY_IMG_SIZE`), which a checkpoint of the real scale fixes."""
+    kind = kind_of(cfg.get("model", {}).get("backbone") or {})
+    if kind in SIZED_BY_IMG_SIZE:
+        return None, (
+            f"resume at the config's crop: {SIZED_BY_IMG_SIZE[kind]} are built for its "
+            "img_size, which the checkpoint fixes"
+        )
+    out, changes = derive(cfg, data_root, iters, "small")
+    crop = "x".join(str(c) for c in changes["crop"])
+    if changes["crop"] == changes["config_crop"]:
+        return None, f"resume at the config's crop {crop} (no larger than the small scale's)"
+    return out, (
+        f"resume: one iteration at the small scale's crop {crop} from the real scale's "
+        "checkpoint (the loaded optimizer state and gradients on the card; the step after "
+        "the first at the config's crop is the train job's figure)"
+    )

@@ -12,8 +12,9 @@ import re
 import statistics
 from typing import Dict, List, Optional, Tuple
 
-from . import graphs
+from . import graphs, host
 from .hook import OUT_DIR
+from .memory import format_lines as memory_lines
 
 GIB = 1 << 30
 #: The phases of a rehearsal, in order.
@@ -331,7 +332,8 @@ def format_report(report: dict) -> str:
         f"card(s) (torch_gcu {'1.x' if report['api'] == 'gcu1' else '2.x'}, torch "
         f"{report['torch']}), {report['iters']} iteration(s), scale {report['scale']} "
         f"(crop {report['crop'][0]}x{report['crop'][1]} for the config's "
-        f"{report['config_crop'][0]}x{report['config_crop'][1]})",
+        f"{report['config_crop'][0]}x{report['config_crop'][1]})"
+        + (f"; one card measured for a job of {report['world']}" if report.get("memory") else ""),
     ]
     out += [f"  note: {n}" for n in report.get("notes", [])]
     for p in report["phases"]:
@@ -340,7 +342,7 @@ def format_report(report: dict) -> str:
     error = report.get("error")
     if error:
         out.append(f"  error ({error['phase']}): {error['message']}")
-        if error.get("fix"):
+        if error.get("fix") and not host.host_killed(report):  # the verdict says what to do
             out.append(f"  fix: {error['fix']}")
     s = report.get("summary") or {}
     if s.get("cards"):
@@ -350,10 +352,13 @@ def format_report(report: dict) -> str:
         for c in s["cards"] if s["peak_bytes"] else ():
             verdict = "fits" if c["fits"] else "DOES NOT FIT"
             verdict += " (at the small crop; --scale real for the config's)" if small else ""
+            if report.get("memory"):  # one rank of many: the figure per card is below
+                verdict = "measured (each card of the job: below)"
             out.append(
                 f"  card {c['card']} (rank {c['rank']}): peak {_gib(c['peak_bytes'])} of "
                 f"{_gib(memory)}: {verdict}"
             )
+        out += memory_lines(report.get("memory"))
         reads = s["host_reads_per_iter"]
         if reads["first"] is not None:
             after = f", {reads['later']} after" if reads["later"] is not None else ""
@@ -388,6 +393,9 @@ def format_report(report: dict) -> str:
             out.append(f"  val: {s['val']}")
     out.append(f"  report: {report['json']}  log: {', '.join(report['logs'])}")
     stalling = ((s or {}).get("graph") or {}).get("stalls")
+    special = host.verdict_lines(report)  # a rank the host killed; a card that is too small
+    if special:
+        return "\n".join(out + special)
     if not report["passed"]:
         verdict = f"FAILED: fix the error above before the {report['hardware']} sees this config"
     elif stalling:

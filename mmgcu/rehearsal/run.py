@@ -6,6 +6,10 @@ wraps, trains ``iters`` iterations, validates and saves; the second resumes from
 checkpoint and trains one more iteration, without a save of its own (the first job's save
 proved the path; a second would write every weight and optimizer state again, most of a
 ViT's resume). Nothing in the runner knows it is a rehearsal.
+
+At real scale both jobs run one rank, whose card stands for each card of the job
+(:mod:`.memory`), with the host heap setting of :func:`.host.heap_env`; the resume trains
+its iteration at the small scale's crop (:func:`.plan.resume_derive`).
 """
 
 import json
@@ -15,13 +19,13 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..cli import launch, preflight
 from ..device.cards import HARDWARE, SIMULATE_ENV
 from ..runtime.files import write_text_atomically
 from ..runtime.locks import LOCK_DIR_ENV
-from . import data, plan, report
+from . import data, host, memory, plan, report
 from .hook import OUT_DIR
 
 GIB = report.GIB
@@ -59,10 +63,18 @@ MULTI_NODE_VARS = ("NNODES", "NODE_RANK", "MASTER_ADDR", "PORT")
 
 
 def _launch(
-    config: str, work_dir: str, cards: int, hardware: str, extra: List[str], log: str
+    config: str,
+    work_dir: str,
+    cards: int,
+    hardware: str,
+    extra: List[str],
+    log: str,
+    heap: Optional[Dict[str, str]] = None,
 ) -> int:
-    """One torchrun job of stock train.py on simulated cards; its output goes to ``log``."""
+    """One torchrun job of stock train.py on simulated cards; its output goes to ``log``;
+    ``heap``: the ranks' glibc heap setting (:func:`mmgcu.rehearsal.host.heap_env`)."""
     env = {k: v for k, v in os.environ.items() if k not in MULTI_NODE_VARS}
+    env.update(heap or {})
     env[SIMULATE_ENV] = f"{hardware}:{cards}"
     # Simulated cards are this rehearsal's own: their locks too (a real job's card locks,
     # or another rehearsal's, are no business of theirs).
@@ -92,7 +104,7 @@ def rehearse(
     config: str,
     cards: int = 8,
     hardware: str = "t20",
-    iters: int = 3,
+    iters: Optional[int] = None,
     scale: str = "small",
     card_memory_gib: float = T20_MEMORY_GIB,
     cfg_options: Optional[Dict[str, object]] = None,
@@ -101,7 +113,9 @@ def rehearse(
 ) -> dict:
     """Rehearse ``config`` on ``cards`` simulated cards of ``hardware`` ('t20': torch_gcu
     1.x; 's60': 2.x) and return the report (also written as ``rehearsal.json`` in the work
-    dir). ``cfg_options`` are merged as train.py's ``--cfg-options`` are (so a
+    dir). At ``scale='real'`` one rank measures a card for a job of ``cards``
+    (:mod:`mmgcu.rehearsal.memory`). ``iters`` defaults to :data:`~.plan.DEFAULT_ITERS` of
+    the scale. ``cfg_options`` are merged as train.py's ``--cfg-options`` are (so a
     ``custom_imports`` among them is not imported, as in a real job). ``echo`` receives one
     line per step as it happens."""
     import torch
@@ -111,6 +125,7 @@ def rehearse(
         raise ValueError(f"hardware {hardware!r}: one of {', '.join(HARDWARE)}")
     if scale not in ("small", "real"):
         raise ValueError(f"scale {scale!r}: 'small' or 'real'")
+    iters = plan.DEFAULT_ITERS[scale] if iters is None else iters
     if iters < 1 or cards < 1:
         raise ValueError("iters and cards must be at least 1")
     config = launch.resolve_config(config)
@@ -118,11 +133,14 @@ def rehearse(
     work_dir = osp.abspath(work_dir or osp.join("work_dirs", f"{stem}_rehearsal"))
     prepare_work_dir(work_dir, config)
     api = HARDWARE[hardware][0]
+    ranks = plan.ranks(scale, cards)
     result = dict(
         config=config,
         hardware=hardware.upper(),
         api=api,
-        cards=cards,
+        cards=ranks,
+        world=cards,
+        host_available=host.available_bytes(),
         iters=iters,
         scale=scale,
         torch=torch.__version__.split("+")[0],
@@ -143,10 +161,14 @@ def rehearse(
             ops = (result["summary"] or {}).get("card_ops", [])
             fix = report.fix_for(message, ops)
             result["error"] = dict(phase=phase, message=message, fix=fix)
+            if host.host_killed(result):  # what this host can still prove, and how
+                facts = memory.read(work_dir, 0, "train")
+                result["finish"] = host.finish_command(result, facts)
         result["passed"] = (
             bool(result["phases"])
             and not result["error"]
             and all(p["status"] in ("passed", "skipped") for p in result["phases"])
+            and (result.get("memory") or {}).get("fits", True)
         )
         write_text_atomically(result["json"], json.dumps(result, indent=1))
         return result
@@ -178,13 +200,14 @@ def rehearse(
         data_root,
         derived["train_dataloader"]["dataset"],
         "train",
-        [(side, side)] * (cards * batch),
+        [(side, side)] * (ranks * batch),
         derived["model"],
     )
     val = "no val"
     if changes["has_val"]:
+        per_rank = VAL_IMAGES_PER_CARD if scale == "small" else plan.REAL_VAL_IMAGES
         sizes, where = data.val_sizes(
-            cfg.val_dataloader.dataset, cards * VAL_IMAGES_PER_CARD, side, changes["factor"]
+            cfg.val_dataloader.dataset, ranks * per_rank, side, changes["factor"]
         )
         data.write_dataset(
             data_root, derived["val_dataloader"]["dataset"], "val", sizes, derived["model"], seed=1
@@ -201,13 +224,18 @@ def rehearse(
     rehearsal_config = osp.join(work_dir, OUT_DIR, f"{stem}_rehearsal.py")
     os.makedirs(osp.dirname(rehearsal_config), exist_ok=True)
     Config(derived).dump(rehearsal_config)
+    resume_config, note = _resume_config(cfg, data_root, iters, scale, rehearsal_config)
+    if note:
+        result["notes"].append(note)
+        echo(f"note: {note}")
 
     device = "xla" if api == "gcu1" else "gcu"
     logs = [osp.join(work_dir, "train.log"), osp.join(work_dir, "resume.log")]
     result["logs"] = logs
     start = time.time()
-    echo(f"train: {cards} card(s), {iters} iteration(s), checkpoint, validation ({logs[0]})")
-    codes = [_launch(rehearsal_config, work_dir, cards, hardware, [], logs[0])]
+    heap = host.heap_env(scale)
+    echo(f"train: {ranks} card(s), {iters} iteration(s), checkpoint, validation ({logs[0]})")
+    codes = [_launch(rehearsal_config, work_dir, ranks, hardware, [], logs[0], heap)]
     result["seconds"] = dict(train=round(time.time() - start, 1))
     checkpoint = last_checkpoint(work_dir)
     resumed: Dict[int, dict] = {}
@@ -220,16 +248,18 @@ def rehearse(
         # a multiple of iters + 2
         extra += ["default_hooks.checkpoint.save_last=False"]
         extra += [f"default_hooks.checkpoint.interval={iters + 2}"]
-        codes.append(_launch(rehearsal_config, work_dir, cards, hardware, extra, logs[1]))
+        codes.append(_launch(resume_config, work_dir, ranks, hardware, extra, logs[1], heap))
         result["seconds"]["resume"] = round(time.time() - start, 1)
         resumed = report.read_ranks(work_dir, "resume")
     trained = report.read_ranks(work_dir, "train")
     result["phases"] = report.phases_of(
-        trained, resumed, cards, iters, device, checkpoint, changes["has_val"]
+        trained, resumed, ranks, iters, device, checkpoint, changes["has_val"]
     )
     result["summary"] = report.summarise(
-        trained, resumed, cards, int(card_memory_gib * GIB), changes["factor"]
+        trained, resumed, ranks, int(card_memory_gib * GIB), changes["factor"]
     )
+    if scale == "real":
+        result["memory"] = _memory(work_dir, result, cards, card_memory_gib)
     failed = next((p for p in result["phases"] if p["status"] == "failed"), None)
     if failed is None and all(code == 0 for code in codes):
         return finish()
@@ -244,3 +274,29 @@ def rehearse(
     message = report.first_error(text) or (failed or {}).get("detail")
     name = failed["name"] if failed else "end"
     return finish(name, message or f"exit status {codes[-1]}")
+
+
+def _resume_config(
+    cfg, data_root: str, iters: int, scale: str, config: str
+) -> Tuple[str, Optional[str]]:
+    """The config the resume job runs, and a note: the train job's, or at real scale the
+    small crops' (:func:`~.plan.resume_derive`), written beside it."""
+    from mmengine.config import Config
+
+    if scale != "real":
+        return config, None
+    derived, note = plan.resume_derive(cfg, data_root, iters)
+    if derived is None:
+        return config, note
+    path = config[: -len("_rehearsal.py")] + "_resume.py"
+    Config(derived).dump(path)
+    return path, note
+
+
+def _memory(work_dir: str, result: dict, world: int, card_memory_gib: float) -> Optional[dict]:
+    """The per-card figure for ``world`` ranks (:func:`~.memory.per_card`) from rank 0's
+    train job, or None where it did not finish its first iteration."""
+    facts = memory.read(work_dir, 0, "train")
+    peak = (result["summary"] or {}).get("peak_bytes", 0)
+    card = int(card_memory_gib * GIB)
+    return memory.per_card(facts, peak, world, card) if facts else None

@@ -42,6 +42,7 @@ REQUIRED = [
     "deeplabv3plus/deeplabv3plus_r50-d8_8xgcu-80k_loveda-512x512.py",
     "upernet/upernet_vit-b16_8xgcu-80k_loveda-512x512.py",
     "dinov2/upernet_dinov2-s14_8xgcu-80k_loveda-518x518.py",
+    "dinov2/upernet_dinov2-l14_8xgcu-80k_loveda-518x518.py",
 ]
 # Configs that are no lr recipe and so set no auto_scale_lr, with the reason.
 NO_AUTO_SCALE_LR = {

@@ -2,7 +2,7 @@
 
 from mmengine.config import Config
 
-from mmgcu.rehearsal.plan import SMALL_SIDE, derive
+from mmgcu.rehearsal.plan import DEFAULT_ITERS, SMALL_SIDE, derive, ranks, resume_derive
 
 PIPELINE = [
     dict(type="LoadImageFromFile"),
@@ -133,5 +133,32 @@ def test_data_schedule_and_hook():
     assert out["default_hooks"]["checkpoint"]["interval"] == 3
     assert "out_dir" not in out["default_hooks"]["checkpoint"]
     assert out["default_hooks"]["logger"]["interval"] == 1
-    assert out["custom_hooks"][-1] == dict(type="RehearsalHook")
-    assert out["custom_imports"]["imports"] == ["mmgcu", "mmgcu.rehearsal.hook"]
+    hooks = [dict(type="RehearsalHook"), dict(type="RehearsalMemoryHook")]
+    assert out["custom_hooks"][-2:] == hooks
+    assert out["custom_imports"]["imports"] == [
+        "mmgcu",
+        "mmgcu.rehearsal.hook",
+        "mmgcu.rehearsal.memory",
+    ]
+
+
+def test_real_scale_runs_one_rank_and_one_iteration_by_default():
+    assert ranks("small", 8) == 8 and ranks("real", 8) == 1
+    assert DEFAULT_ITERS == dict(small=3, real=1)
+
+
+def test_the_real_scale_resume_trains_at_the_small_crop_with_the_same_model():
+    cfg = stock_like(depth=50)
+    out, note = resume_derive(cfg, "/syn", iters=1)
+    assert out["model"]["data_preprocessor"]["size"] == (SMALL_SIDE, SMALL_SIDE)
+    crop = out["train_dataloader"]["dataset"]["dataset"]["pipeline"][3]["crop_size"]
+    assert crop == (SMALL_SIDE, SMALL_SIDE)
+    assert out["model"]["backbone"] == dict(type="ResNetV1c", depth=50)
+    assert out["train_cfg"]["max_iters"] == 1
+    assert note.startswith(f"resume: one iteration at the small scale's crop {SMALL_SIDE}x")
+    # a backbone whose tables are built for its img_size keeps the config's crop: the
+    # checkpoint of the real scale fixes the tables' size
+    beit = stock_like()
+    beit.model.backbone = dict(type="BEiT", img_size=(512, 512))
+    out, note = resume_derive(beit, "/syn", iters=1)
+    assert out is None and "BEiT's relative position tables" in note

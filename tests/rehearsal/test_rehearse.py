@@ -3,13 +3,14 @@
 
 import importlib.util
 import json
+import os
 import os.path as osp
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import TORCH_1, clean_env
+from tests.conftest import REPO, TORCH_1, clean_env
 from tests.e2e.conftest import TINY
 from tests.rehearsal.helpers import assert_tiny_model_passed_every_phase
 
@@ -21,8 +22,9 @@ GCU_KEYS = (
 )
 
 
-def rehearse(tmp_path, config, *args, timeout=600):
-    """``mmgcu rehearse CONFIG --cards 2 ARGS`` in a fresh process; (exit, output, report)."""
+def rehearse(tmp_path, config, *args, timeout=600, **env):
+    """``mmgcu rehearse CONFIG --cards 2 ARGS`` in a fresh process, ``env`` added; (exit,
+    output, report)."""
     work = str(tmp_path / "work")
     proc = subprocess.run(
         [
@@ -37,7 +39,7 @@ def rehearse(tmp_path, config, *args, timeout=600):
             work,
             *args,
         ],
-        env=clean_env(),
+        env=clean_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -144,6 +146,100 @@ def test_the_shipped_dinov2_config_rehearses_on_t20_cards(tmp_path):
     (note,) = [n for n in report["notes"] if "random initialisation" in n]
     assert "vit-small-p14_dinov2-pre_3rdparty_20230426-5641ca5a.pth" in note
     assert report["summary"]["sync_bn"]["layers"] > 0
+
+
+def tiny_model_gradients() -> int:
+    """Bytes of the tiny model's trainable parameters, built here on the CPU."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS
+    from mmseg.utils import register_all_modules
+
+    register_all_modules(init_default_scope=False)
+    with DefaultScope.overwrite_default_scope("mmseg"):
+        model = MODELS.build(Config.fromfile(TINY).model)
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.t20
+def test_real_scale_measures_one_card_and_works_out_each_card_of_the_job(tmp_path):
+    code, out, report = rehearse(tmp_path, TINY, "--scale", "real")  # --cards 2
+    assert code == 0, out[-5000:]
+    assert [p["status"] for p in report["phases"]] == ["passed"] * 7, report["phases"]
+    assert (report["cards"], report["world"], report["iters"]) == (1, 2, 1)
+    assert [c["card"] for c in report["summary"]["cards"]] == [0]
+    figure = report["memory"]
+    with open(osp.join(report["work_dir"], "rehearsal", "memory-rank0-train.json")) as f:
+        facts = json.load(f)
+    grads = tiny_model_gradients()
+    assert facts["gradients"] == dict(float32=grads) and facts["world_size"] == 1
+    # SGD with momentum: one buffer per parameter. The gradients stay after the step where
+    # zero_grad zeroes them in place (torch 1.10's default); torch 2 frees them (set_to_none)
+    held = grads if TORCH_1 else 0
+    assert facts["first"]["state_bytes"] == grads and facts["first"]["gradients_held"] == held
+    assert figure["steady"]["bytes"] == facts["first"]["peak_bytes"] + grads + held
+    names = [(a["name"], a["bytes"]) for a in figure["additions"]]
+    # the largest SyncBN input: the stem's at half the 64 px crop, 16 channels, 2 images
+    largest = facts["sync_bn"]["largest"]
+    assert facts["sync_bn"]["layers"] == 23
+    assert (largest["shape"], largest["dtype"]) == ([2, 16, 32, 32], "float32")
+    assert names == [
+        ("DDP gradient buckets", grads),
+        ("DDP construction", 2 * facts["weights_bytes"]),  # its broadcast: all the weights
+        ("SyncBN across 2 ranks", 2 * 16 * 32 * 32 * 4),  # a float32 copy of that input
+    ]
+    steady = max(figure["steady"]["bytes"], report["summary"]["peak_bytes"])
+    assert figure["total_bytes"] == steady + grads + names[2][1] and figure["fits"]
+    assert "one card measured for a job of 2" in out
+    assert "memory per card for 2 rank(s), 2 image(s) each" in out
+    assert "resume at the config's crop 64x64" in out and "PASSED" in out
+
+
+#: A hook that kills its own rank in the resume job, as the kernel's out-of-memory killer
+#: kills a rank whose simulated card outgrows the host.
+KILLER = """import os
+import signal
+
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class KilledByTheHost(Hook):
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        if runner.cfg.get("resume"):
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.t20
+def test_a_rank_the_host_kills_is_not_proven_here_and_never_the_cards_failure(tmp_path):
+    (tmp_path / "killer.py").write_text(KILLER)
+    config = tmp_path / "killed.py"
+    config.write_text(
+        f"_base_ = [{TINY!r}]\n"
+        'custom_imports = dict(imports=["mmgcu", "killer"], allow_failed_imports=False)\n'
+        'custom_hooks = [dict(type="KilledByTheHost")]\n'
+    )
+    path = os.pathsep.join([str(tmp_path), REPO])
+    code, out, report = rehearse(tmp_path, str(config), "--scale", "real", PYTHONPATH=path)
+    assert code == 1, out[-5000:]
+    statuses = [(p["name"], p["status"]) for p in report["phases"]]
+    assert statuses[-1] == ("resume", "failed") and statuses[-2] == ("val", "passed")
+    assert "exitcode -9" in report["error"]["message"]
+    verdict = out.split("  verdict: ", 1)[1].splitlines()
+    assert verdict[0].startswith(
+        "NOT PROVEN ON THIS HOST: a rank was killed for this host's memory in resume"
+    )
+    assert "this says nothing of the T20's card" in verdict[0]
+    assert verdict[1] == "  proven: build, placement, wrap, train, save, val"
+    assert verdict[2].startswith("  proven: per card for 2 rank(s), ") and "fits" in verdict[2]
+    assert verdict[3:5] == [  # (the progress lines on stderr follow)
+        "  not proven: resume",
+        f"  finish on this host: mmgcu rehearse {config} --cards 2",
+    ]
+    assert report["finish"] == f"mmgcu rehearse {config} --cards 2"
+    assert "FAILED" not in out and "fix: the simulated cards" not in out
 
 
 @pytest.mark.skipif(
