@@ -1,5 +1,6 @@
-"""How mmgcu's hooks, loops and log processor get their card: ``GCURunner`` binds its
-accelerator to each one it builds (:meth:`CardBound.bind`); nothing reads it from the runner.
+"""How mmgcu's hooks, loops, log processor and optimizer wrappers get their card:
+``GCURunner`` binds a :class:`Binding` (its accelerator, model and message hub) to each one
+it builds (:meth:`CardBound.bind`); nothing reads them from the runner.
 
 A config that inherits ``configs/_base_/gcu_runtime.py`` names ``GCULogProcessor``, and a
 stock tool that builds mmengine's own ``Runner`` whatever ``runner_type`` says (mmseg
@@ -9,14 +10,31 @@ its stock mmengine class does, and one log line per process says so.
 """
 
 import logging
-from typing import Optional, Set
+from typing import NamedTuple, Optional, Set
 
-from mmengine.logging import print_log
+import torch
+from mmengine.logging import MessageHub, print_log
 
 from .device import Accelerator
 
 #: The reasons already logged in this process ("unbound", or a device kind).
 _said: Set[str] = set()
+
+
+class Binding(NamedTuple):
+    """What ``GCURunner`` gives each GCU object it builds.
+
+    Attributes:
+        accelerator: the runner's accelerator.
+        model: the runner's model as it trains (wrapped), once built; an optimizer
+            wrapper's step runs on it.
+        message_hub: the runner's message hub, once built; an optimizer wrapper logs the
+            gradient norm to it.
+    """
+
+    accelerator: Accelerator
+    model: Optional[torch.nn.Module] = None
+    message_hub: Optional[MessageHub] = None
 
 
 class CardBound:
@@ -30,9 +48,10 @@ class CardBound:
     off_card = "acts as its stock mmengine class"
     accelerator: Optional[Accelerator] = None
 
-    def bind(self, accelerator: Accelerator) -> None:
-        """Work on ``accelerator`` (``GCURunner`` calls this on what it builds)."""
-        self.accelerator = accelerator
+    def bind(self, binding: Binding) -> None:
+        """Work on ``binding.accelerator`` (``GCURunner`` calls this on what it builds; a
+        class that needs more of the binding extends it)."""
+        self.accelerator = binding.accelerator
 
     def card_accelerator(self) -> Optional[Accelerator]:
         """The bound accelerator when it drives GCU cards; else None, said once."""

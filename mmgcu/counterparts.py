@@ -1,8 +1,9 @@
 """Stock mmengine classes that assume CUDA, and the GCU classes that stand in for them.
 
-Each GCU class declares what it replaces next to its own definition: ``why`` says what the
-stock class gets wrong, ``does`` what the GCU class does instead (per device kind where it
-differs), which is what the one log line of a substitution says::
+Each GCU class declares what it replaces next to its own definition, one
+:class:`Replacement` record per class: ``why`` says what the stock class gets wrong, ``does``
+what the GCU class does instead (per capability of the accelerator where it differs, such
+as a lazy card), which is what the one log line of a substitution says::
 
     @LOOPS.register_module()
     @replaces(ValLoop, why="its fp16 autocasts on the CPU", does="it autocasts on the card")
@@ -23,31 +24,56 @@ accelerator's own DDP class is torch's).
 
 import copy
 import logging
-from typing import Dict, List, Optional, Union
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple, Union
 
 from mmengine.logging import print_log
 
-_REPLACEMENTS: Dict[type, List[type]] = {}
-_STOCK_OF: Dict[type, type] = {}
-_WHY: Dict[type, str] = {}
-_DOES: Dict[type, Dict[str, str]] = {}
-_EVERYWHERE = set()
+
+@dataclass(frozen=True)
+class Replacement:
+    """One GCU class and the stock classes it stands in for.
+
+    Attributes:
+        gcu: the GCU class.
+        stock: the stock classes it replaces; a config that names the GCU class resolves
+            as one that names the first (to the GCU class that fits the accelerator).
+        why: what the stock classes get wrong.
+        does: what the GCU class does instead: per capability of the accelerator (the name
+            of a true attribute of it, such as ``'lazy'``; the first true one is said),
+            with ``'*'`` for every other accelerator.
+        everywhere: whether it stands in on every kind of device, not on GCU cards only.
+    """
+
+    gcu: type
+    stock: Tuple[type, ...]
+    why: str
+    does: Dict[str, str]
+    everywhere: bool = False
+
+    def does_on(self, accelerator) -> str:
+        """What the GCU class does on ``accelerator``."""
+        for capability, text in self.does.items():
+            if capability != "*" and getattr(accelerator, capability):
+                return text
+        return self.does["*"]
+
+
+#: Every GCU class's record, in the order the classes were declared.
+_RECORDS: Dict[type, Replacement] = {}
 
 
 def replaces(*stock: type, why: str, does: Union[str, Dict[str, str]], everywhere: bool = False):
     """Class decorator: the decorated class stands in for each of ``stock`` on GCU cards
     (on every device with ``everywhere``). ``why`` says what the stock class gets wrong;
-    ``does`` what this class does instead: one text, or one per device kind (``'gcu1'``,
-    ``'gcu2'``, ...) with ``'*'`` for the others."""
+    ``does`` what this class does instead: one text, or one per capability of the
+    accelerator (``'lazy'``, ``'caches_memory'``, ...) with ``'*'`` for the others."""
 
     def register(cls: type) -> type:
-        for base in stock:
-            _REPLACEMENTS.setdefault(base, []).append(cls)
-            _STOCK_OF.setdefault(cls, base)
-        _WHY[cls] = why
-        _DOES[cls] = does if isinstance(does, dict) else {"*": does}
-        if everywhere:
-            _EVERYWHERE.add(cls)
+        texts = does if isinstance(does, dict) else {"*": does}
+        if "*" not in texts:
+            raise ValueError(f"@replaces of {cls.__name__}: does needs a '*' text")
+        _RECORDS[cls] = Replacement(cls, tuple(stock), why, dict(texts), everywhere)
         return cls
 
     return register
@@ -55,7 +81,7 @@ def replaces(*stock: type, why: str, does: Union[str, Dict[str, str]], everywher
 
 def replacement_of(stock: type) -> List[type]:
     """The GCU classes registered for ``stock``."""
-    return list(_REPLACEMENTS.get(stock, ()))
+    return [record.gcu for record in _RECORDS.values() if stock in record.stock]
 
 
 class Counterparts:
@@ -81,9 +107,9 @@ class Counterparts:
 
     def target(self, cls: type) -> type:
         """The class to build for ``cls`` on this accelerator."""
-        stock = _STOCK_OF.get(cls, cls)
-        candidates = _REPLACEMENTS.get(stock)
-        if candidates is None:
+        record = _RECORDS.get(cls)
+        candidates = replacement_of(record.stock[0] if record else cls)
+        if not candidates:
             self._check_subclass(cls)
             return cls
         chosen = self._choose(candidates)
@@ -97,11 +123,12 @@ class Counterparts:
             fitting = [c for c in candidates if c.fits(self.accelerator)]
             return fitting[0] if fitting else None
         (cls,) = candidates
-        return cls if self.accelerator.is_gcu or cls in _EVERYWHERE else None
+        return cls if self.accelerator.is_gcu or _RECORDS[cls].everywhere else None
 
     def _gcu_for(self, stock: type) -> Optional[type]:
         """The GCU class that stands in for ``stock`` on this accelerator, if any."""
-        return self._choose(_REPLACEMENTS[stock]) if stock in _REPLACEMENTS else None
+        candidates = replacement_of(stock)
+        return self._choose(candidates) if candidates else None
 
     def check_instance(self, obj) -> None:
         """Warn about an already built object of a stock class that has a GCU counterpart."""
@@ -111,22 +138,23 @@ class Counterparts:
             self._warn(
                 cls,
                 f"an already built {cls.__name__} was given, so mmgcu cannot build "
-                f"{gcu.__name__} instead ({_WHY[gcu]}). Give it as a config dict "
+                f"{gcu.__name__} instead ({_RECORDS[gcu].why}). Give it as a config dict "
                 f"(type='{cls.__name__}').",
             )
 
     def _check_subclass(self, cls: type) -> None:
         """Warn about a user's class that derives from a replaced stock class (the nearest
         one in its MRO) and not from any GCU class."""
-        if not self.accelerator.is_gcu or issubclass(cls, tuple(_STOCK_OF)):
+        if not self.accelerator.is_gcu or issubclass(cls, tuple(_RECORDS)):
             return
         for stock in cls.__mro__[1:]:
             gcu = self._gcu_for(stock)
             if gcu is not None:
+                why = _RECORDS[gcu].why
                 self._warn(
                     cls,
                     f"{cls.__name__} subclasses {stock.__name__}, which assumes CUDA "
-                    f"({gcu.__name__} exists because {_WHY[gcu]}). mmgcu keeps it as it is; "
+                    f"({gcu.__name__} exists because {why}). mmgcu keeps it as it is; "
                     f"derive it from {gcu.__name__} to run it on GCU cards.",
                 )
                 return
@@ -134,10 +162,10 @@ class Counterparts:
     def _say(self, cls: type, gcu: type) -> None:
         if (cls, gcu) not in self._said:
             self._said.add((cls, gcu))
-            kind = self.accelerator.kind
-            does = _DOES[gcu].get(kind) or _DOES[gcu]["*"]
+            does = _RECORDS[gcu].does_on(self.accelerator)
             print_log(
-                f"mmgcu: {gcu.__name__} stands in for {cls.__name__} on {kind}: {does}",
+                f"mmgcu: {gcu.__name__} stands in for {cls.__name__} on "
+                f"{self.accelerator.kind}: {does}",
                 logger="current",
             )
 

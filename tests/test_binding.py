@@ -8,10 +8,12 @@ Runners are mmengine's real ones, built from ``RunnerTestCase``'s configs.
 import copy
 
 import pytest
+import torch
+from mmengine.logging import MessageHub
 from mmengine.runner import Runner
 
-from mmgcu import GCUEmptyCacheHook, GCULogProcessor, GCURunner, GCUValLoop
-from mmgcu.binding import CardBound
+from mmgcu import GCUEmptyCacheHook, GCULogProcessor, GCUOptimWrapper, GCURunner, GCUValLoop
+from mmgcu.binding import Binding, CardBound
 from mmgcu.device.fallback import CPUAccelerator
 from mmgcu.engine.hooks import GCUDevicePlacementHook
 from tests import fakes
@@ -89,12 +91,29 @@ def test_gcu_runner_binds_its_accelerator_to_what_it_builds(runner_case):
 
 def test_on_a_gcu_card_nothing_is_said(monkeypatch, runner_case):
     bound = GCULogProcessor(by_epoch=False)
-    bound.bind(fakes.gcu2(monkeypatch))
+    bound.bind(Binding(fakes.gcu2(monkeypatch)))
 
     assert bound.card_accelerator() is bound.accelerator
     unbound = GCULogProcessor(by_epoch=False)
     assert unbound.card_accelerator() is None
     assert unbound.bound_accelerator() is None
+
+
+def test_one_binding_gives_each_gcu_class_what_it_works_on(monkeypatch):
+    """Hooks, loops and log processors take the accelerator; optimizer wrappers the model
+    and message hub too, from the same binding."""
+    gcu2 = fakes.gcu2(monkeypatch)
+    model = torch.nn.Linear(1, 1)
+    hub = MessageHub("test_binding")
+    processor = GCULogProcessor(by_epoch=False)
+    wrapper = GCUOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+    for built in (processor, wrapper):
+        built.bind(Binding(gcu2, model, hub))
+
+    assert processor.card_accelerator() is gcu2
+    assert wrapper.card_accelerator() is gcu2
+    assert (wrapper.model, wrapper.message_hub) == (model, hub)
 
 
 def test_each_reason_is_said_once_per_process(monkeypatch):
@@ -107,7 +126,7 @@ def test_each_reason_is_said_once_per_process(monkeypatch):
     for _ in range(3):
         Thing().card_accelerator()
         cpu = Thing()
-        cpu.bind(fakes.cpu())
+        cpu.bind(Binding(fakes.cpu()))
         cpu.card_accelerator()
 
     assert len(said) == 2

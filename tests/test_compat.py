@@ -2,8 +2,9 @@
 (and the tests, some of which run there too, must parse on Python 3.8).
 
 Only the torch_gcu 2.x accelerator (``mmgcu/device/gcu2.py``) and the simulator
-(``mmgcu/sim/``) may use newer torch: they run on torch 2.x alone. The CUDA/CPU fallback
-(``mmgcu/device/fallback.py``), whose delegation gcu2.py shares, must stay 1.10-only.
+(``mmgcu/sim/``) may use newer torch: they run on torch 2.x alone. The delegation gcu2.py
+shares with CUDA (``mmgcu/device/device_module.py``) and the CUDA/CPU fallback
+(``mmgcu/device/fallback.py``) must stay 1.10-only.
 """
 
 import ast
@@ -137,9 +138,10 @@ def test_checker_sees_the_allowed_gcu2_accelerator():
     assert any("torch.amp.GradScaler" in f for f in found), found
 
 
-def test_the_fallback_is_scanned_and_clean():
-    """fallback.py, which gcu2.py builds on, runs on torch 1.10: it is not exempt."""
-    rel = "mmgcu/device/fallback.py"
+@pytest.mark.parametrize("rel", ["mmgcu/device/device_module.py", "mmgcu/device/fallback.py"])
+def test_the_shared_delegation_and_the_fallback_are_scanned_and_clean(rel):
+    """device_module.py, which gcu2.py builds on, and fallback.py run on torch 1.10: they
+    are not exempt."""
     assert not rel.startswith(ALLOWED_NEWER_TORCH)
     assert rel in dict(sources("mmgcu"))
     with open(os.path.join(REPO, rel)) as f:

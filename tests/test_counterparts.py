@@ -56,6 +56,19 @@ class GCUEverywhere(StockEverywhere):
     pass
 
 
+@TOYS.register_module()
+class StockStep:
+    pass
+
+
+@TOYS.register_module()
+@replaces(
+    StockStep, why="it steps on CUDA", does={"lazy": "it runs the graph", "*": "it steps here"}
+)
+class GCUStep(StockStep):
+    pass
+
+
 class UserLoop(ValLoop):
     """A user's subclass of a replaced stock class."""
 
@@ -289,8 +302,22 @@ def test_a_substitution_says_what_the_gcu_class_does_for_the_generation_in_use(g
     Counterparts(gcu).resolve(dict(type="CheckpointHook"), HOOKS)
     optim, checkpoint = messages(logged)
     assert optim.startswith(f"mmgcu: GCUOptimWrapper stands in for OptimWrapper on {gcu.kind}: ")
-    assert ("torch_gcu.optimizer_step" in optim) == (gcu.kind == "gcu1")
+    assert ("torch_gcu.optimizer_step" in optim) == gcu.lazy
     assert "loses none" in checkpoint and "can lose every checkpoint" not in checkpoint
+
+
+def test_what_is_said_follows_what_the_accelerator_can_do(gcu, logged):
+    """A text per capability of the accelerator (here ``lazy``), ``'*'`` for the rest."""
+    Counterparts(gcu).resolve(dict(type="StockStep"), TOYS)
+    does = "it runs the graph" if gcu.lazy else "it steps here"
+    assert messages(logged) == [f"mmgcu: GCUStep stands in for StockStep on {gcu.kind}: {does}"]
+
+
+def test_a_declaration_has_a_text_for_every_accelerator():
+    declare = replaces(Stock, why="it assumes CUDA", does={"lazy": "it runs the graph"})
+    with pytest.raises(ValueError, match="does needs a '\\*' text"):
+        declare(type("GCUHalfDeclared", (Stock,), {}))
+    assert replacement_of(Stock) == [GCUStock]
 
 
 def test_each_runner_says_it_again(gcu2, logged):

@@ -19,12 +19,14 @@ from .cards import (
     physical_card,
     visible_devices,
 )
+from .device_module import DeviceModuleAccelerator
 from .fallback import CPUAccelerator, CUDAAccelerator
 
 __all__ = [
     "Accelerator",
     "CardGroup",
     "DEVICES",
+    "DeviceModuleAccelerator",
     "GCUError",
     "count_cards",
     "parse_efsmi",

@@ -116,6 +116,13 @@ class Accelerator:
     #: has not seen (torch_gcu 1.x: XLA devices). mmgcu keeps such a card's step to one
     #: graph and its validation to a few shapes (:mod:`mmgcu.model.whole_graph`).
     lazy = False
+    #: Whether the card keeps freed memory in a cache that :meth:`empty_cache` gives back.
+    caches_memory = False
+    #: Whether cuDNN runs the card's convolutions (``env_cfg.cudnn_benchmark`` is for it).
+    cudnn = False
+    #: Whether torch's own ``SyncBatchNorm`` runs on the cards (it has CUDA kernels only);
+    #: elsewhere mmgcu's ``GCUSyncBatchNorm`` synchronises over the card group.
+    torch_sync_bn = False
     description = ""
     default_pg_backend = "gloo"
     other_pg_backends: Tuple[str, ...] = ()
@@ -158,7 +165,8 @@ class Accelerator:
         return "none: this device reports no memory statistics"
 
     def empty_cache(self) -> bool:
-        """Give cached card memory back; False where the kind has no cache to empty."""
+        """Give cached card memory back; False where the kind has no cache to empty
+        (:attr:`caches_memory`)."""
         return False
 
     # -- randomness ------------------------------------------------------------------

@@ -1,53 +1,11 @@
-"""No torch_gcu: CUDA where it exists, else the CPU, so one config runs anywhere.
-
-``DeviceModuleAccelerator`` is the delegation to a ``torch.cuda``-like device module
-that CUDA and torch_gcu 2.x (``torch.gcu``) share.
-"""
+"""No torch_gcu: CUDA where it exists, else the CPU, so one config runs anywhere."""
 
 from typing import Optional
 
 import torch
 
 from .base import Accelerator
-
-
-class DeviceModuleAccelerator(Accelerator):
-    """An accelerator whose cards are driven by a ``torch.cuda``-like module."""
-
-    def __init__(self, module):
-        super().__init__()
-        self.module = module
-
-    def is_available(self) -> bool:
-        return bool(self.module.is_available())
-
-    def device_count(self) -> int:
-        return int(self.module.device_count())
-
-    def current_device(self) -> int:
-        return int(self.module.current_device())
-
-    def set_device(self, index: int) -> None:
-        self.module.set_device(index)
-
-    def device_name(self, index: int = 0) -> str:
-        return str(self.module.get_device_name(index))
-
-    def peak_memory(self, index: int) -> Optional[int]:
-        peak = int(self.module.max_memory_allocated(index))
-        self.module.reset_peak_memory_stats(index)
-        return peak
-
-    @property
-    def memory_source(self) -> str:
-        return "peak allocated since the last log line (max_memory_allocated)"
-
-    def empty_cache(self) -> bool:
-        self.module.empty_cache()
-        return True
-
-    def manual_seed_all(self, seed: int) -> None:
-        self.module.manual_seed_all(seed)
+from .device_module import DeviceModuleAccelerator
 
 
 class CUDAAccelerator(DeviceModuleAccelerator):
@@ -56,6 +14,8 @@ class CUDAAccelerator(DeviceModuleAccelerator):
     default_pg_backend = "nccl"
     amp_dtypes = (torch.float16, torch.bfloat16)
     description = "no torch_gcu; CUDA found"
+    cudnn = True
+    torch_sync_bn = True
 
     def __init__(self):
         super().__init__(torch.cuda)

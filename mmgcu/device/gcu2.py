@@ -1,7 +1,8 @@
 """torch_gcu 2.x: PyTorch's PrivateUse1 backend renamed ``gcu``; cards are ``gcu:N``.
 
-With ``fallback.py`` the only module allowed torch APIs newer than 1.10
-(``torch.autocast(device_type)``, ``torch.amp.GradScaler``). torch_gcu 2.x registers
+With ``gcu2_amp.py`` the only module of the device layer allowed torch APIs newer than
+1.10 (``torch.autocast(device_type)``, ``torch.amp.GradScaler``); the delegation it shares
+with CUDA (``device_module.py``) runs on torch 1.10 too. torch_gcu 2.x registers
 ``torch.gcu`` (the device module) and the ``eccl`` backend of torch.distributed for
 ``gcu`` tensors only, so the default group is ``cpu:gloo,gcu:eccl``.
 """
@@ -10,7 +11,7 @@ import torch
 
 from ..errors import GCUError
 from .base import simulated
-from .fallback import DeviceModuleAccelerator
+from .device_module import DeviceModuleAccelerator
 
 
 class GCU2Accelerator(DeviceModuleAccelerator):

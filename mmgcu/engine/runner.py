@@ -28,13 +28,12 @@ from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, LOG_PROCESSORS, LOOPS, OPTIM_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
-from ..binding import CardBound
+from ..binding import Binding, CardBound
 from ..checkpoint.hooks import CPUCheckpointHook
 from ..checkpoint.io import GCUCheckpointIO
 from ..compat.mmengine import resume_from, resume_needs_target, runner_checkpoint
 from ..counterparts import Counterparts
 from ..device import select_accelerator
-from ..optim.wrappers import CardStep
 from ..runtime import excepthook
 from ..runtime.rank_warnings import show_library_warnings_on_rank_0
 from .config import FormattedOnceConfig
@@ -69,8 +68,8 @@ class GCURunner(Runner):
 
     Attributes:
         accelerator: the :class:`~mmgcu.device.Accelerator` this runner trains on; it is
-            bound to every GCU hook, loop, log processor and optimizer wrapper the runner
-            builds.
+            bound, with the model and message hub, to every GCU hook, loop, log processor
+            and optimizer wrapper the runner builds (:class:`~mmgcu.binding.Binding`).
         counterparts: the stock-to-GCU class resolution on that accelerator.
         strategy: the :class:`~mmgcu.engine.strategy.GCUStrategy`.
         checkpoint_io: the :class:`~mmgcu.checkpoint.io.GCUCheckpointIO`.
@@ -126,11 +125,15 @@ class GCURunner(Runner):
         )
 
     # -- what mmengine builds from the config ----------------------------------------
-    def _bind(self, built):
-        """``built`` bound to this runner's accelerator when it is a GCU class."""
-        if isinstance(built, CardBound):
-            built.bind(self.accelerator)
-        return built
+    def _bind(self, *built) -> None:
+        """Bind each of ``built`` that is a GCU class to this runner's accelerator, model
+        and message hub (those built so far: the log processor comes before both)."""
+        binding = Binding(
+            self.accelerator, getattr(self, "model", None), getattr(self, "message_hub", None)
+        )
+        for obj in built:
+            if isinstance(obj, CardBound):
+                obj.bind(binding)
 
     def build_message_hub(self, message_hub=None):
         """mmengine's hub; on GCU cards one that keeps step scalars on the card until
@@ -143,31 +146,30 @@ class GCURunner(Runner):
         if not isinstance(optim_wrapper, dict) or "optimizer" in optim_wrapper:
             optim_wrapper = self.counterparts.resolve(optim_wrapper, OPTIM_WRAPPERS, "OptimWrapper")
         built = super().build_optim_wrapper(optim_wrapper)
-        wrappers = built.values() if isinstance(built, OptimWrapperDict) else [built]
-        for wrapper in wrappers:
-            if isinstance(wrapper, CardStep):
-                wrapper.bind(self.accelerator, self.model, self.message_hub)
+        self._bind(*(built.values() if isinstance(built, OptimWrapperDict) else [built]))
         return built
 
     def build_val_loop(self, loop):
-        loop = self.counterparts.resolve(loop, LOOPS, "ValLoop")
-        return self._bind(super().build_val_loop(loop))
+        loop = super().build_val_loop(self.counterparts.resolve(loop, LOOPS, "ValLoop"))
+        self._bind(loop)
+        return loop
 
     def build_test_loop(self, loop):
-        loop = self.counterparts.resolve(loop, LOOPS, "TestLoop")
-        return self._bind(super().build_test_loop(loop))
+        loop = super().build_test_loop(self.counterparts.resolve(loop, LOOPS, "TestLoop"))
+        self._bind(loop)
+        return loop
 
     def build_log_processor(self, log_processor):
         resolved = self.counterparts.resolve(log_processor, LOG_PROCESSORS, "LogProcessor")
-        return self._bind(super().build_log_processor(resolved))
+        processor = super().build_log_processor(resolved)
+        self._bind(processor)
+        return processor
 
     def register_hook(self, hook, priority=None) -> None:
         """mmengine's, with the GCU class where one stands in, bound to the accelerator."""
         known = {id(h) for h in self.hooks}
         super().register_hook(self.counterparts.resolve(hook, HOOKS), priority)
-        for registered in self.hooks:
-            if id(registered) not in known:
-                self._bind(registered)
+        self._bind(*(h for h in self.hooks if id(h) not in known))
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
         """mmengine's hooks, the CPU-only checkpoint hook, the watchdog of a distributed

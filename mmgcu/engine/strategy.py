@@ -67,7 +67,7 @@ class GCUStrategy:
             self.accelerator.adopt_process_groups()
         else:
             self.accelerator.set_device(0)
-        if env_cfg.get("cudnn_benchmark") and self.accelerator.kind != "cuda":
+        if env_cfg.get("cudnn_benchmark") and not self.accelerator.cudnn:
             env_cfg = {k: v for k, v in env_cfg.items() if k != "cudnn_benchmark"}
         return env_cfg
 
@@ -140,15 +140,23 @@ class GCUStrategy:
         if issubclass(wrapper, _GCU_DDP):
             return dict(module=model, accelerator=self.accelerator)
         if issubclass(wrapper, _TORCH_DDP):
-            if self.accelerator.kind == "gcu1":
-                raise GCUError(
-                    f"model_wrapper_cfg.type={wrapper.__name__} is a torch "
-                    "DistributedDataParallel, which cannot train on torch_gcu 1.x (its DDP is "
-                    "torch_gcu.nn.parallel.DistributedDataParallel, over ECCL). Remove "
-                    "model_wrapper_cfg.type: mmgcu builds GCU1DistributedDataParallel."
-                )
+            self._check_torch_ddp(wrapper)
             return dict(module=model, **self.accelerator.ddp_kwargs(self.card))
         return dict(module=model)
+
+    def _check_torch_ddp(self, wrapper: type) -> None:
+        """Refuse a config's torch DDP class where the accelerator's DDP is not torch's
+        (torch_gcu 1.x's is its own, over ECCL)."""
+        vendor = self.accelerator.vendor_ddp()
+        if issubclass(vendor, _TORCH_DDP):
+            return
+        (fitting,) = [w for w in _GCU_DDP if w.fits(self.accelerator)]
+        raise GCUError(
+            f"model_wrapper_cfg.type={wrapper.__name__} is a torch DistributedDataParallel, "
+            f"which cannot train on {self.accelerator.description} (its DDP is "
+            f"{vendor.__module__}.{vendor.__qualname__}). Remove model_wrapper_cfg.type: "
+            f"mmgcu builds {fitting.__name__}."
+        )
 
     def _sync_batchnorm(self, model: torch.nn.Module, sync_bn: Optional[str]) -> torch.nn.Module:
         """SyncBN layers that synchronise on this device: torch's own on CUDA; elsewhere
@@ -156,7 +164,7 @@ class GCUStrategy:
         and the CPU has none either)."""
         if sync_bn is not None:
             model = convert_sync_batchnorm(model, sync_bn)
-        if self.accelerator.kind == "cuda":
+        if self.accelerator.torch_sync_bn:
             return model
         group = self.accelerator.card_group
         model = convert_gcu_sync_batchnorm(model, group)

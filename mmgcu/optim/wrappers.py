@@ -1,8 +1,9 @@
 """Optimizer wrappers that step and autocast on GCU cards.
 
 On a GCU ``GCURunner`` builds these for a config's ``OptimWrapper``/``AmpOptimWrapper``
-(what stock ``tools/train.py --amp`` sets), and binds them to its accelerator and model
-(:meth:`CardStep.bind`): the step is the accelerator's, which on torch_gcu 1.x is
+(what stock ``tools/train.py --amp`` sets), and binds them to its accelerator, model and
+message hub as it binds every GCU class (:meth:`CardStep.bind`, :mod:`mmgcu.binding`): the
+step is the accelerator's, which on torch_gcu 1.x is
 ``torch_gcu.optimizer_step(optimizer, [loss], model=model, mode=...)``, the lazy graph run.
 Built by another runner (no ``bind``), they are mmengine's wrappers: ``GCUOptimWrapper``
 steps as ``OptimWrapper`` does; ``GCUAmpOptimWrapper``, like ``AmpOptimWrapper``, needs CUDA.
@@ -15,7 +16,7 @@ import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
-from ..binding import say_off_card
+from ..binding import Binding, CardBound, say_off_card
 from ..compat.mmengine import TensorGradNorm, init_amp_optim_wrapper
 from ..counterparts import replaces
 from ..device import Accelerator
@@ -23,23 +24,23 @@ from ..device.fallback import CUDAAccelerator
 from ..errors import GCUError
 
 
-class CardStep(TensorGradNorm):
+class CardStep(CardBound, TensorGradNorm):
     """What both GCU optimizer wrappers share: the accelerator and model a step runs on,
     the last loss given to ``update_params``, which a lazy device's graph takes as an
     output, and a clipped gradient norm logged as the card tensor it is."""
 
-    accelerator: Optional[Accelerator] = None
     model: Optional[torch.nn.Module] = None
     _loss: Optional[torch.Tensor] = None
     off_card = "acts as mmengine's optimizer wrapper"
 
-    def bind(self, accelerator: Accelerator, model: torch.nn.Module, message_hub=None) -> None:
-        """Step on ``accelerator``'s card for ``model`` (``GCURunner`` calls this); log the
-        gradient norm to ``message_hub`` (the runner's, which can keep it on the card)."""
-        self.accelerator = accelerator
-        self.model = model
-        if message_hub is not None:
-            self.message_hub = message_hub
+    def bind(self, binding: Binding) -> None:
+        """Step on the accelerator's card for ``binding.model`` (``GCURunner`` calls this);
+        log the gradient norm to ``binding.message_hub`` (the runner's, which can keep it
+        on the card)."""
+        super().bind(binding)
+        self.model = binding.model
+        if binding.message_hub is not None:
+            self.message_hub = binding.message_hub
 
     def update_params(self, loss: torch.Tensor, step_kwargs=None, zero_kwargs=None) -> None:
         # The loss as the model gave it (mmengine divides it by the accumulation count, a
@@ -53,8 +54,8 @@ class CardStep(TensorGradNorm):
     OptimWrapper,
     why="its step knows nothing of a lazy device: on torch_gcu 1.x nothing would run the graph",
     does={
-        "gcu1": "its step is torch_gcu.optimizer_step, which runs the lazy graph once per "
-        "optimizer step",
+        "lazy": "its step is the lazy card's (torch_gcu.optimizer_step on torch_gcu 1.x), "
+        "which runs the graph once per optimizer step",
         "*": "it steps on the card and logs the gradient norm without reading it from the card",
     },
 )
@@ -117,14 +118,15 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
         self.overflow_step = overflow_step
         self.loss_scaler = None
 
-    def bind(self, accelerator: Accelerator, model: torch.nn.Module, message_hub=None) -> None:
+    def bind(self, binding: Binding) -> None:
+        accelerator = binding.accelerator
         if self.cast_dtype not in accelerator.amp_dtypes:
             raise GCUError(
                 f"mixed precision with {self.cast_dtype} is not supported on "
                 f"{accelerator.kind} ({accelerator.description}); supported: "
                 f"{accelerator.amp_dtypes or 'none'}"
             )
-        super().bind(accelerator, model, message_hub)
+        super().bind(binding)
         if self.loss_scaler is None:
             self.loss_scaler = accelerator.grad_scaler(self.overflow_step, **self._scaler_args)
 
@@ -138,7 +140,7 @@ class GCUAmpOptimWrapper(CardStep, AmpOptimWrapper):
                     "here). Train with runner_type='GCURunner' (tools/train.py honours it)."
                 )
             say_off_card(self, None)
-            self.bind(CUDAAccelerator(), self.model, self.message_hub)
+            self.bind(Binding(CUDAAccelerator(), self.model, self.message_hub))
         return self.accelerator
 
     def backward(self, loss: torch.Tensor, **kwargs) -> None:

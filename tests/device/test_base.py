@@ -62,6 +62,8 @@ def test_defaults_of_a_kind_without_extras():
     assert accelerator.card_group is None
     assert accelerator.peak_memory(0) is None
     assert accelerator.empty_cache() is False
+    assert accelerator.caches_memory is False
+    assert (accelerator.lazy, accelerator.cudnn, accelerator.torch_sync_bn) == (False, False, False)
     assert accelerator.ddp_kwargs(3) == {}
     assert accelerator.check_collectives() is None
     assert accelerator.device_name() == accelerator.device_type

@@ -1,4 +1,4 @@
-"""No torch_gcu: CUDAAccelerator over torch.cuda, CPUAccelerator, and the shared delegation."""
+"""No torch_gcu: CUDAAccelerator over torch.cuda, and CPUAccelerator."""
 
 from unittest import mock
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmgcu.device import GCUError
-from mmgcu.device.fallback import CPUAccelerator, CUDAAccelerator, DeviceModuleAccelerator
+from mmgcu.device.fallback import CPUAccelerator, CUDAAccelerator
 
 # (accelerator method, its arguments, the torch.cuda function, its answer, the method's)
 CUDA_QUERIES = [
@@ -46,6 +46,8 @@ def test_cuda_attributes():
     assert accelerator.vendor_ddp() is torch.nn.parallel.DistributedDataParallel
     assert accelerator.amp_dtypes == (torch.float16, torch.bfloat16)
     assert accelerator.ddp_kwargs(1) == {"device_ids": [1], "output_device": 1}
+    # cuDNN and torch's SyncBatchNorm kernels are CUDA's.
+    assert (accelerator.cudnn, accelerator.torch_sync_bn) == (True, True)
 
 
 def test_cuda_device(monkeypatch):
@@ -68,6 +70,7 @@ def test_cuda_peak_memory_resets_the_peak(monkeypatch):
 def test_cuda_empty_cache(monkeypatch):
     empty = mock.Mock()
     monkeypatch.setattr(torch.cuda, "empty_cache", empty)
+    assert CUDAAccelerator().caches_memory is True
     assert CUDAAccelerator().empty_cache() is True
     empty.assert_called_once_with()
 
@@ -89,16 +92,6 @@ def test_cuda_step_is_a_plain_step():
     optimizer.step.assert_called_once_with(closure=1)
 
 
-def test_device_module_delegation_is_shared():
-    """The same delegation drives any torch.cuda-like module (torch.gcu on torch_gcu 2.x)."""
-    module = mock.Mock()
-    module.device_count.return_value = 2
-    accelerator = DeviceModuleAccelerator(module)
-    accelerator.set_device(1)
-    assert accelerator.device_count() == 2
-    module.set_device.assert_called_once_with(1)
-
-
 def test_cpu_has_one_card():
     accelerator = CPUAccelerator()
     assert (accelerator.kind, accelerator.device_type, accelerator.is_gcu) == ("cpu", "cpu", False)
@@ -109,12 +102,14 @@ def test_cpu_has_one_card():
     assert accelerator.device() == torch.device("cpu")
     assert accelerator.device(3) == torch.device("cpu")
     assert accelerator.device_name() == "cpu"
+    assert (accelerator.lazy, accelerator.cudnn, accelerator.torch_sync_bn) == (False, False, False)
 
 
 def test_cpu_reports_no_memory_and_has_no_cache():
     accelerator = CPUAccelerator()
     assert accelerator.peak_memory(0) is None
     assert accelerator.memory_source.startswith("none")
+    assert accelerator.caches_memory is False
     assert accelerator.empty_cache() is False
     assert accelerator.manual_seed_all(1) is None
     assert accelerator.check_collectives() is None

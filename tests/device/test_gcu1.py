@@ -66,6 +66,8 @@ def rendezvous(monkeypatch):
 
 def test_kind_attributes(accelerator):
     assert (accelerator.kind, accelerator.device_type, accelerator.is_gcu) == ("gcu1", "xla", True)
+    assert accelerator.lazy is True
+    assert (accelerator.cudnn, accelerator.torch_sync_bn) == (False, False)
     # mmengine's collectives send CPU tensors: the default group is gloo for them, and
     # routes card tensors to the ECCL world; a config may ask for plain gloo.
     assert accelerator.default_pg_backend == "gloo_eccl"
@@ -135,6 +137,7 @@ def test_memory_is_the_hbm_allocated_now(accelerator, vendor):
 
 def test_there_is_no_cache_to_empty(accelerator, vendor):
     assert not hasattr(vendor, "empty_cache")
+    assert accelerator.caches_memory is False
     assert accelerator.empty_cache() is False
 
 

@@ -36,6 +36,8 @@ def gcu(accelerator):
 
 def test_kind_attributes(accelerator):
     assert (accelerator.kind, accelerator.device_type, accelerator.is_gcu) == ("gcu2", "gcu", True)
+    assert accelerator.lazy is False
+    assert (accelerator.cudnn, accelerator.torch_sync_bn) == (False, False)
     # mmengine sends CPU tensors through the default group, so it needs gloo for CPU.
     assert accelerator.default_pg_backend == "cpu:gloo,gcu:eccl"
     assert accelerator.vendor_ddp() is torch.nn.parallel.DistributedDataParallel
@@ -82,6 +84,7 @@ def test_peak_memory_is_the_peak_since_the_last_call(accelerator, gcu):
 
 
 def test_empty_cache(accelerator, gcu):
+    assert accelerator.caches_memory is True
     assert accelerator.empty_cache() is True
     gcu.empty_cache.assert_called_once_with()
 

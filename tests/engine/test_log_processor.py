@@ -13,6 +13,7 @@ import torch
 from mmengine.logging import MessageHub
 from mmengine.runner import LogProcessor, Runner
 
+from mmgcu.binding import Binding
 from mmgcu.engine.log_processor import GCULogProcessor
 from tests import fakes
 from tests.conftest import run_log
@@ -37,7 +38,7 @@ def runner(request):
 
 def line(runner, accelerator):
     processor = GCULogProcessor(by_epoch=False)
-    processor.bind(accelerator)  # as GCURunner does
+    processor.bind(Binding(accelerator))  # as GCURunner does
     return processor.get_log_after_iter(runner, 2, "train")
 
 

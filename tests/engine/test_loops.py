@@ -17,6 +17,7 @@ import torch
 from mmengine.evaluator import BaseMetric, Evaluator
 from mmengine.runner import TestLoop, ValLoop
 
+from mmgcu.binding import Binding
 from mmgcu.engine.loops import GCUTestLoop, GCUValLoop
 from tests import fakes
 
@@ -61,7 +62,7 @@ def make_loop(loop_class, accelerator, events, fp16):
     runner = SimpleNamespace(model=Model(events), call_hook=mock.Mock(), visualizer=None)
     dataloader = torch.utils.data.DataLoader([0, 1], batch_size=1, collate_fn=list)
     loop = loop_class(runner, dataloader, Evaluator([Nothing()]), fp16=fp16)
-    loop.bind(accelerator)  # as GCURunner does
+    loop.bind(Binding(accelerator))  # as GCURunner does
     return loop
 
 

@@ -15,6 +15,7 @@ import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
+from mmgcu.binding import Binding
 from mmgcu.device import GCUError
 from mmgcu.optim import GCUAmpOptimWrapper, GCUOptimWrapper
 from tests import fakes
@@ -66,7 +67,7 @@ def test_both_are_registered():
 def test_binding_names_accelerator_and_model(gcu1, model):
     wrapper = GCUOptimWrapper(optimizer=sgd(model))
     assert (wrapper.accelerator, wrapper.model) == (None, None)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     assert (wrapper.accelerator, wrapper.model) == (gcu1, model)
 
 
@@ -131,7 +132,7 @@ def test_under_a_plain_runner_gcu_optim_wrapper_trains(runner_case):
 def test_the_step_is_the_accelerators_once_per_accumulated_step(monkeypatch, gcu1, model, events):
     step = spy_step(monkeypatch, gcu1)
     wrapper = GCUOptimWrapper(optimizer=sgd(model), accumulative_counts=2)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
 
     for scale in (1.0, 2.0, 3.0, 4.0):
         wrapper.update_params(loss_of(model, scale))
@@ -154,7 +155,7 @@ def test_the_step_is_the_accelerators_once_per_accumulated_step(monkeypatch, gcu
 def test_the_step_gets_the_loss_update_params_got(monkeypatch, gcu1, model, accumulative_counts):
     step = spy_step(monkeypatch, gcu1)
     wrapper = GCUOptimWrapper(optimizer=sgd(model), accumulative_counts=accumulative_counts)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     losses = [loss_of(model, scale) for scale in (1.0, 2.0)]
 
     for loss in losses:
@@ -167,7 +168,7 @@ def test_the_step_gets_the_loss_update_params_got(monkeypatch, gcu1, model, accu
 
 def test_the_step_updates_the_parameters_once_per_step(monkeypatch, model):
     wrapper = GCUOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
-    wrapper.bind(fakes.cpu(), model)
+    wrapper.bind(Binding(fakes.cpu(), model))
     reference = ToyModel()
     reference.load_state_dict(model.state_dict())
     plain = OptimWrapper(optimizer=torch.optim.SGD(reference.parameters(), lr=0.1))
@@ -182,7 +183,7 @@ def test_the_step_updates_the_parameters_once_per_step(monkeypatch, model):
 def test_step_arguments_reach_the_optimizer(monkeypatch, gcu1, model):
     step = spy_step(monkeypatch, gcu1)
     wrapper = GCUOptimWrapper(optimizer=sgd(model))
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
 
     wrapper.update_params(loss_of(model), step_kwargs=dict(closure=None))
 
@@ -198,7 +199,7 @@ def test_gradients_are_clipped_before_the_step(monkeypatch, gcu1, model):
 
     monkeypatch.setattr(gcu1, "optimizer_step", record)
     wrapper = GCUOptimWrapper(optimizer=sgd(model), clip_grad=dict(max_norm=0.01))
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
 
     wrapper.update_params(loss_of(model, 100.0))
 
@@ -216,7 +217,7 @@ def test_the_scaler_comes_from_the_accelerator_at_bind(gcu1, model, loss_scale, 
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), loss_scale=loss_scale)
     assert wrapper.loss_scaler is None  # no CUDA GradScaler is made
 
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
 
     expected = dict(scaler_args, **(loss_scale if isinstance(loss_scale, dict) else {}))
     gcu1.torch_gcu.amp.GradScaler.assert_called_once_with(use_zero_grad=True, **expected)
@@ -225,18 +226,18 @@ def test_the_scaler_comes_from_the_accelerator_at_bind(gcu1, model, loss_scale, 
 
 def test_the_overflow_step_is_the_accelerators_to_offer(gcu1, model):
     zero = GCUAmpOptimWrapper(optimizer=sgd(model), overflow_step="zero")
-    zero.bind(gcu1, model)
+    zero.bind(Binding(gcu1, model))
     gcu1.torch_gcu.amp.GradScaler.assert_called_once_with(use_zero_grad=True)
     skip = GCUAmpOptimWrapper(optimizer=sgd(model), overflow_step="skip")
     with pytest.raises(GCUError, match=r"overflow_step='skip' is not available on gcu1"):
-        skip.bind(gcu1, model)
+        skip.bind(Binding(gcu1, model))
 
 
 def test_binding_again_keeps_the_scaler(gcu1, model):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model))
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     scaler = wrapper.loss_scaler
-    wrapper.bind(gcu1, model)  # GCURunner binds again when it resumes
+    wrapper.bind(Binding(gcu1, model))  # GCURunner binds again when it resumes
     assert wrapper.loss_scaler is scaler
 
 
@@ -257,7 +258,7 @@ def test_fsdp_is_refused(model):
 )
 def test_dtypes(gcu1, model, dtype, expected):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), dtype=dtype)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     assert wrapper.cast_dtype == expected
 
 
@@ -269,7 +270,7 @@ def test_an_unknown_dtype_name_is_refused(model):
 def test_a_dtype_the_card_cannot_autocast_is_refused_at_bind(gcu1, model):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), dtype="float32")
     with pytest.raises(GCUError) as err:
-        wrapper.bind(gcu1, model)
+        wrapper.bind(Binding(gcu1, model))
     message = str(err.value)
     assert message.startswith("mixed precision with torch.float32 is not supported on gcu1 (")
     assert "supported: (torch.float16, torch.bfloat16)" in message
@@ -279,14 +280,14 @@ def test_a_dtype_the_card_cannot_autocast_is_refused_at_bind(gcu1, model):
 def test_no_mixed_precision_on_the_cpu(model):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model))
     with pytest.raises(GCUError, match="not supported on cpu .*supported: none"):
-        wrapper.bind(fakes.cpu(), model)
+        wrapper.bind(Binding(fakes.cpu(), model))
 
 
 def test_amp_step_then_the_accelerators_after_amp_step(monkeypatch, gcu1, model, events):
     after = mock.Mock(wraps=gcu1.after_amp_step)
     monkeypatch.setattr(gcu1, "after_amp_step", after)
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), loss_scale=512.0)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     loss = loss_of(model)
 
     wrapper.update_params(loss)
@@ -306,14 +307,14 @@ def test_amp_step_then_the_accelerators_after_amp_step(monkeypatch, gcu1, model,
 
 def test_amp_gradients_are_unscaled_before_clipping(monkeypatch, gcu1, model, events):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), clip_grad=dict(max_norm=1.0))
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     wrapper.update_params(loss_of(model))
     assert events[:2] == [("scaler.unscale_",), ("scaler.step",)]
 
 
 def test_amp_steps_once_per_accumulated_step(gcu1, model, events):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), accumulative_counts=3)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     for _ in range(6):
         wrapper.update_params(loss_of(model))
         gcu1.finish_step()
@@ -323,7 +324,7 @@ def test_amp_steps_once_per_accumulated_step(gcu1, model, events):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_optim_context_autocasts_on_the_card(gcu1, model, events, dtype):
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), dtype=dtype)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
 
     with wrapper.optim_context(model):
         inside = list(events)
@@ -336,7 +337,7 @@ def test_optim_context_autocasts_on_the_card(gcu1, model, events, dtype):
 def test_optim_context_keeps_mmengines_no_sync(gcu1, model):
     ddp = fakes.FakeGCU1DDP(model)
     wrapper = GCUAmpOptimWrapper(optimizer=sgd(model), accumulative_counts=2)
-    wrapper.bind(gcu1, ddp)
+    wrapper.bind(Binding(gcu1, ddp))
     seen = []
     for _ in range(2):
         with wrapper.optim_context(ddp):
@@ -352,13 +353,13 @@ def test_optim_context_keeps_mmengines_no_sync(gcu1, model):
 def test_state_dict_round_trip(gcu1, model, wrapper_class):
     kwargs = dict(loss_scale=256.0) if wrapper_class is GCUAmpOptimWrapper else {}
     wrapper = wrapper_class(optimizer=sgd(model), **kwargs)
-    wrapper.bind(gcu1, model)
+    wrapper.bind(Binding(gcu1, model))
     for _ in range(2):
         wrapper.update_params(loss_of(model))
     saved = wrapper.state_dict()
 
     fresh = wrapper_class(optimizer=sgd(model))
-    fresh.bind(gcu1, model)
+    fresh.bind(Binding(gcu1, model))
     fresh.load_state_dict(dict(saved))
 
     reloaded = fresh.state_dict()

@@ -13,8 +13,8 @@ from ...counterparts import replaces
     EmptyCacheHook,
     why="it empties only CUDA's cache",
     does={
-        "gcu1": "torch_gcu 1.x has no cache to empty, so it says so once and does nothing",
-        "*": "it empties the card's cache",
+        "caches_memory": "it empties the card's cache",
+        "*": "the card has no cache to empty (torch_gcu 1.x), so it says so once and does nothing",
     },
 )
 class GCUEmptyCacheHook(CardBound, EmptyCacheHookPoints):

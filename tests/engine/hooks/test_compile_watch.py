@@ -7,6 +7,7 @@ from unittest import mock
 
 import pytest
 
+from mmgcu.binding import Binding
 from mmgcu.engine.hooks import GCUCompileWatchHook, compile_watch
 
 
@@ -48,7 +49,7 @@ def _train(hook, iterations):
 
 def test_compiles_that_keep_growing_after_warm_up_are_named_once(warnings):
     hook = GCUCompileWatchHook(interval=10, windows=2)
-    hook.bind(Counts([5, 6, 7, 8, 9]))  # read at iterations 10, 20, 30, 40, 50
+    hook.bind(Binding(Counts([5, 6, 7, 8, 9])))  # read at iterations 10, 20, 30, 40, 50
     _train(hook, 50)
     assert len(warnings) == 1
     assert "compiled 1 graph(s) in the last 10 training iterations" in warnings[0]
@@ -57,7 +58,7 @@ def test_compiles_that_keep_growing_after_warm_up_are_named_once(warnings):
 
 def test_compiles_that_stop_after_warm_up_say_nothing(warnings):
     hook = GCUCompileWatchHook(interval=10, windows=2)
-    hook.bind(Counts([5, 5, 6, 6, 6]))  # one late compile, not growing
+    hook.bind(Binding(Counts([5, 5, 6, 6, 6])))  # one late compile, not growing
     _train(hook, 50)
     assert warnings == []
 
@@ -66,16 +67,16 @@ def test_compiles_that_stop_after_warm_up_say_nothing(warnings):
 def test_no_count_no_word(warnings, accelerator):
     hook = GCUCompileWatchHook(interval=1, windows=1)
     if accelerator == "eager":
-        hook.bind(mock.Mock(lazy=False, is_gcu=True, compiled_graphs=lambda: 1 / 0))
+        hook.bind(Binding(mock.Mock(lazy=False, is_gcu=True, compiled_graphs=lambda: 1 / 0)))
     elif accelerator == "no count":
-        hook.bind(Counts([None] * 10))
+        hook.bind(Binding(Counts([None] * 10)))
     _train(hook, 10)
     assert warnings == []
 
 
 def test_a_validation_that_compiles_per_image_is_named(warnings):
     hook = GCUCompileWatchHook(val_graphs=4, val_images_per_compile=4)
-    hook.bind(Counts([10, 40]))
+    hook.bind(Binding(Counts([10, 40])))
     hook.before_val_epoch(_runner(0))
     for _ in range(60):
         hook.after_val_iter(_runner(0), 0, None, [object()])
@@ -85,7 +86,7 @@ def test_a_validation_that_compiles_per_image_is_named(warnings):
 
 def test_a_validation_within_its_buckets_says_nothing(warnings):
     hook = GCUCompileWatchHook(val_graphs=8)
-    hook.bind(Counts([10, 16]))  # six buckets for two hundred images
+    hook.bind(Binding(Counts([10, 16])))  # six buckets for two hundred images
     hook.before_val_epoch(_runner(0))
     for _ in range(200):
         hook.after_val_iter(_runner(0), 0, None, [object()])

@@ -9,6 +9,7 @@ import pytest
 import torch
 from mmengine.hooks import EmptyCacheHook
 
+from mmgcu.binding import Binding
 from mmgcu.engine.hooks import GCUEmptyCacheHook
 from tests import fakes
 from tests.conftest import run_log
@@ -21,7 +22,7 @@ def make_runner(accelerator):
 
 def bound(runner, **options):
     hook = GCUEmptyCacheHook(**options)
-    hook.bind(runner.accelerator)
+    hook.bind(Binding(runner.accelerator))
     return hook
 
 

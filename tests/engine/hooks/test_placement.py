@@ -15,6 +15,7 @@ import torch
 from mmengine.optim import OptimWrapper
 
 import mmgcu.engine.hooks.placement as placement
+from mmgcu.binding import Binding
 from mmgcu.device import GCUError, physical_card
 from mmgcu.engine.hooks import GCUDevicePlacementHook
 from mmgcu.engine.hooks.placement import summary, verify
@@ -62,7 +63,7 @@ def check(runner):
 def hook_of(runner):
     """The hook as GCURunner builds it: bound to the runner's accelerator."""
     hook = GCUDevicePlacementHook()
-    hook.bind(runner.accelerator)
+    hook.bind(Binding(runner.accelerator))
     return hook
 
 

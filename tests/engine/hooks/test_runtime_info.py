@@ -11,6 +11,7 @@ import torch
 from mmengine.hooks import RuntimeInfoHook
 from mmengine.runner import Runner
 
+from mmgcu.binding import Binding
 from mmgcu.engine.hooks import GCURuntimeInfoHook
 from mmgcu.engine.message_hub import CardMessageHub
 
@@ -42,7 +43,7 @@ def test_it_ends_each_iteration_on_the_card(lazy):
     hub.has_new_keys.return_value = False
     accelerator = mock.Mock(lazy=lazy, is_gcu=True, kind="gcu1" if lazy else "gcu2")
     hook = GCURuntimeInfoHook()
-    hook.bind(accelerator)
+    hook.bind(Binding(accelerator))
     runner = types.SimpleNamespace(message_hub=hub)
 
     hook.after_train_iter(runner, 0, None, dict(loss=torch.zeros(())))

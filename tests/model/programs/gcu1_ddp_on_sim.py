@@ -11,6 +11,7 @@ from mmengine.model import is_model_wrapper
 
 import mmgcu  # installs the simulated torch_gcu
 from mmgcu import GCU1DistributedDataParallel, GCUError, GCUOptimWrapper, select_accelerator
+from mmgcu.binding import Binding
 from mmgcu.sim import state
 from tests.fakes import ToyModel, toy_batch
 
@@ -42,7 +43,7 @@ synced = []  # whether the vendor DDP reduces gradients, seen at each forward
 model.register_forward_hook(lambda *_: synced.append(vendor.require_backward_grad_sync))
 optimizer = torch.optim.SGD(wrapper.parameters(), lr=0.1)
 optim_wrapper = GCUOptimWrapper(optimizer=optimizer, accumulative_counts=2)
-optim_wrapper.bind(accelerator, wrapper)
+optim_wrapper.bind(Binding(accelerator, wrapper))
 before = model.linear.weight.detach().cpu().clone()
 state.counters.clear()
 losses = []

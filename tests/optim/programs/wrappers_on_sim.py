@@ -11,6 +11,7 @@ import json
 import torch
 
 from mmgcu import GCUAmpOptimWrapper, GCUOptimWrapper, select_accelerator
+from mmgcu.binding import Binding
 from mmgcu.sim import graph, state
 from tests.fakes import ToyModel, toy_batch
 
@@ -24,7 +25,7 @@ def train(wrapper_class, **kwargs):
     model = ToyModel().to(accelerator.device())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     wrapper = wrapper_class(optimizer=optimizer, accumulative_counts=2, **kwargs)
-    wrapper.bind(accelerator, model)
+    wrapper.bind(Binding(accelerator, model))
     dtypes = []
     model.linear.register_forward_hook(
         lambda module, args, output: dtypes.append(str(output.dtype))
@@ -51,7 +52,7 @@ def train(wrapper_class, **kwargs):
     fresh = wrapper_class(
         optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), **kwargs
     )
-    fresh.bind(accelerator, model)
+    fresh.bind(Binding(accelerator, model))
     fresh.load_state_dict(dict(saved))
     reloaded = fresh.state_dict()
     result["round_trip"] = {
