@@ -92,6 +92,7 @@ class GCU1Accelerator(Accelerator):
             raise GCUError(f"env_cfg.gcu_jit_mode={jit_mode!r}: use one of {JIT_MODES}")
         self.jit_mode = jit_mode
         self._step_outputs: Optional[List[torch.Tensor]] = None  # a step not yet run
+        self._carried: List[torch.Tensor] = []  # what iterations without a step logged
         self._seed = 0  # the cards' seed, from manual_seed_all, renewed after each step
         #: Where the card tensors of torch.distributed's gloo_eccl groups go.
         self.routes = gcu1_dist.CardRoute(self.device_type)
@@ -243,13 +244,13 @@ class GCU1Accelerator(Accelerator):
 
     def finish_step(self, extra=()) -> None:
         outputs, self._step_outputs = self._step_outputs, None
-        extra = list(extra)
-        if outputs is not None:
-            self.torch_gcu.unlazy(outputs + extra, mode=self._mode())
-        elif extra:  # an iteration that accumulated gradients without a step: all it made
-            self.torch_gcu.sync_lived_tensor(self.current_device(), mode=self._mode())
-        else:
+        self._carried += list(extra)
+        if outputs is None:
+            # an iteration that accumulated gradients without a step: its values stay in
+            # the graph, which the next step's one run outputs with that step's
             return
+        self.torch_gcu.unlazy(outputs + self._carried, mode=self._mode())
+        self._carried = []
         self._next_seed()
 
     def compiled_graphs(self) -> Optional[int]:

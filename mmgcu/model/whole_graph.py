@@ -29,6 +29,7 @@ does), keeping its state; :func:`changes` lists them, and what could not be chan
 
 from typing import Dict, List, Tuple
 
+import torch
 from torch import nn
 
 #: The classes made for changed modules, by (change, original class).
@@ -96,7 +97,12 @@ class HostPostprocess(LazyChange):
     change = "predictions post-processed on the host (one transfer of the logits per batch)"
 
     def postprocess_result(self, seg_logits, data_samples=None):
-        return super().postprocess_result(seg_logits.cpu(), data_samples)
+        logits = seg_logits.cpu()
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            # AMP's half logits: torch 1.10's CPU has no half kernel for the resize, so the
+            # host resizes them in float32
+            logits = logits.float()
+        return super().postprocess_result(logits, data_samples)
 
 
 class HostBatches(LazyChange):

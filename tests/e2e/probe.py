@@ -21,6 +21,18 @@ def _sim_count(name):
     return sim.state.counters[name] if sim.is_installed() else None
 
 
+def _step_graph_runs():
+    """The simulated T20 card's graph runs at a step (``unlazy``, ``sync_lived_tensor``)
+    in this rank, not those of reads; None off a T20 card."""
+    from mmgcu import sim
+
+    if not sim.is_installed() or sim.state.api != "gcu1":
+        return None
+    from mmgcu.sim import graph
+
+    return graph.counters()["runs.step"]
+
+
 @HOOKS.register_module()
 class ProbeHook(Hook):
     priority = "LOWEST"
@@ -63,8 +75,9 @@ class ProbeHook(Hook):
             optim_wrapper=[c.__name__ for c in type(runner.optim_wrapper).__mro__],
             logits_dtypes=sorted(self.logits_dtypes),
             lazy_steps=_sim_count("optimizer_step"),
+            unlazy_calls=_sim_count("unlazy"),
             empty_cache_calls=_sim_count("empty_cache"),
-            graph_runs=_sim_count("graph_runs"),
+            graph_runs=_step_graph_runs(),
             param_checksum=checksum(model.parameters()),
             buffer_checksum=checksum(model.buffers()),
             iter=runner.iter,

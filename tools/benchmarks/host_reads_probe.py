@@ -19,12 +19,13 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 #: The torch_gcu 1.x counters of ``mmgcu.sim.state.counters`` copied into the report.
-GRAPH_COUNTERS = ("graph_runs", "optimizer_step", "unlazy", "sync_lived_tensor", "synchronize")
+GRAPH_COUNTERS = ("optimizer_step", "unlazy", "sync_lived_tensor", "synchronize")
 
 
 def _snapshot():
     import mmgcu
     from mmgcu import sim
+    from mmgcu.sim import graph
 
     if not sim.is_installed():
         raise RuntimeError("host_reads_probe needs the simulator (MMGCU_SIMULATE)")
@@ -32,6 +33,8 @@ def _snapshot():
     snap = {k: int(reads[k]) for k in ("scalar_reads", "copies_to_host")}
     snap["host_reads"] = int(sim.state.host_reads())
     snap.update({k: int(sim.state.counters[k]) for k in GRAPH_COUNTERS})
+    # the simulated card's lazy graph: its runs, whatever cut them (0 on a 2.x card)
+    snap["graph_runs"] = graph.graph_runs(graph.counters()) if sim.state.api == "gcu1" else 0
     snap["api"] = sim.state.api
     snap["mmgcu_file"] = mmgcu.__file__
     return snap
