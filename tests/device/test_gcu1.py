@@ -368,9 +368,7 @@ def test_a_step_no_hook_finished_runs_before_the_next(accelerator, vendor):
     assert vendor.unlazy.call_count == 1 and optimizer.step.call_count == 2
 
 
-def test_an_iteration_without_a_step_leaves_its_values_to_the_next_steps_graph(
-    accelerator, vendor
-):
+def test_an_iteration_without_a_step_leaves_its_values_to_the_next_steps_graph(accelerator, vendor):
     """Gradient accumulation: no optimizer step, so no graph run; what the iteration logged
     is output by the next step's one run."""
     vendor.sync_lived_tensor = mock.Mock()
