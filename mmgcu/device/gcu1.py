@@ -93,7 +93,7 @@ class GCU1Accelerator(Accelerator):
         self.jit_mode = jit_mode
         self._step_outputs: Optional[List[torch.Tensor]] = None  # a step not yet run
         self._carried: List[torch.Tensor] = []  # what iterations without a step logged
-        self._seed = 0  # the cards' seed, from manual_seed_all, renewed after each step
+        self._card_seed = 0  # the cards' seed, from manual_seed_all, renewed after each step
         #: Where the card tensors of torch.distributed's gloo_eccl groups go.
         self.routes = gcu1_dist.CardRoute(self.device_type)
         self.pg_backend = self.default_pg_backend
@@ -126,8 +126,8 @@ class GCU1Accelerator(Accelerator):
         return "HBM allocated at the log line (torch_gcu 1.x get_hbm_alloc_size; no peak)"
 
     def manual_seed_all(self, seed: int) -> None:
-        self._seed = int(seed) % 2**32
-        self.torch_gcu.manual_seed_all(self._seed)
+        self._card_seed = int(seed) % 2**32
+        self.torch_gcu.manual_seed_all(self._card_seed)
 
     def _next_seed(self) -> None:
         """A new seed after each step's graph, as torch_xla's step marker makes one
@@ -136,8 +136,8 @@ class GCU1Accelerator(Accelerator):
         torch_xla's sync of listed tensors) is not a marker, so a model with dropout would
         compile a longer graph every step. ASSUMED: torch_gcu keeps torch_xla's chain (its
         source shows the Python layer only); a new seed costs a host call either way."""
-        self._seed = (1012031 + 7012063 * self._seed) % 2**32
-        self.torch_gcu.manual_seed_all(self._seed)
+        self._card_seed = (1012031 + 7012063 * self._card_seed) % 2**32
+        self.torch_gcu.manual_seed_all(self._card_seed)
 
     def check_collectives(self) -> None:
         if not self._gcu_dist().is_eccl_available():
