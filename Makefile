@@ -82,12 +82,15 @@ demo-t20: install-t20
 	$(call run_demo,$(T20_PY),work_dirs/demo-t20,MMGCU_SIMULATE=t20,8 simulated T20 cards (torch_gcu 1.x on torch 1.10))
 
 # What mmgcu costs: per-iteration overhead, start-up, the 8-card rehearsal (both torch_gcu
-# APIs, --amp, gcu1 against the code before the 1.x rebuild), the simulator's cost per op,
-# card reads per iteration, one SyncBN layer. BENCH_ARGS=--quick for a smoke run, --check to
-# fail when a target is missed.
+# APIs, --amp, gcu1 against a baseline commit), the simulator's cost per op, card reads per
+# iteration, one SyncBN layer, the lazy graph's cost, padded validation. Then the run is kept
+# in tools/benchmarks/runs/ and docs/performance.md is written from the kept runs.
+# BENCH_ARGS=--quick for a smoke run (not kept), --check to fail when a target is missed,
+# "--sections graphs,padding" for some sections (the others keep their last run).
 BENCH_ARGS ?=
 bench: install
 	$(PY) tools/benchmarks/bench.py --out bench_results/bench.json $(BENCH_ARGS)
+	$(PY) tools/benchmarks/performance.py --add bench_results/bench.json
 
 # mmseg's model zoo, one stock config per family, rehearsed (mmgcu rehearse) on 2 simulated
 # cards of each leg: S60 cards (torch_gcu 2.x) on torch 2.13, T20 cards (torch_gcu 1.x) on
@@ -142,10 +145,11 @@ $(XLA_STAMP): requirements/xla.txt requirements/build.txt requirements/runtime.t
 # The T20's own stack (Python 3.8, torch 1.10 under torch_gcu 1.x) in .venv-t20: the vendor's
 # stack is stood in for by requirements/t20-vendor.txt, then mmgcu goes in as a T20 user
 # installs it into the vendor's environment (tools/install_t20.sh, which keeps its torch).
-# PYTHON38=/path/to/python3.8 picks the interpreter; by default python3.8 if it runs, else pyenv's.
+# PYTHON38=/path/to/python3.8 picks the interpreter; by default the python3.8 on PATH (the
+# interpreter itself, not a pyenv shim), else the newest 3.8 in pyenv's folder (PYENV_ROOT,
+# else ~/.pyenv).
 PYTHON38 ?= $(shell python3.8 -c 'import sys; print(sys.executable)' 2>/dev/null || \
-	ls -d $(HOME)/.pyenv/versions/3.8*/bin/python3.8 /root/.pyenv/versions/3.8*/bin/python3.8 \
-	2>/dev/null | sort -V | tail -n 1)
+	ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.8*/bin/python3.8 2>/dev/null | sort -V | tail -n 1)
 T20_VENV := .venv-t20
 T20_PY := $(T20_VENV)/bin/python
 T20_STAMP := $(T20_VENV)/.mmgcu-installed

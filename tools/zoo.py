@@ -16,9 +16,10 @@ import glob
 import json
 import os
 import os.path as osp
+import re
 import sys
 import time
-from typing import Dict, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO not in sys.path:
@@ -116,9 +117,10 @@ UPSTREAM = {
     ),
 }
 WHY_NOT_HERE = {
-    "mmpretrain": "mmpretrain imports torchvision, and no torchvision build matches torch 2.13 "
-    "(a newer one fails: 'operator torchvision::nms does not exist')",
-    "mmdet": "mmdet is not importable in this environment",
+    "mmpretrain": "mmpretrain is not importable in this environment (it imports torchvision; "
+    "no torchvision build matches this torch)",
+    "mmdet": "mmdet is not importable in this environment (make zoo installs it: "
+    "requirements/zoo.txt)",
 }
 LEGS = {
     "main": ("s60", "S60: torch_gcu 2.x, torch 2.13"),
@@ -225,6 +227,7 @@ def run(args) -> int:
     import torch
 
     results = dict(leg=args.leg, label=LEGS[args.leg][1], torch=torch.__version__, rows=[])
+    results["repo"] = REPO  # table() writes the checkout's paths relative to it
     if args.only and osp.isfile(out):  # rerun some families: keep the others' rows
         with open(out) as f:
             kept = json.load(f)["rows"]
@@ -314,7 +317,7 @@ def table(args) -> int:
         + " | agree (1e-4) |",
         "|" + "---|" * (4 + len(legs)),
     ]
-    reasons = []
+    problems = []
     for family in families:
         rows = [rows.get(family) for rows in by_leg]
         config = next(r["config"] for r in rows if r)
@@ -330,11 +333,7 @@ def table(args) -> int:
         lines.append(f"| {family} | `{config}` | {cells} | {losses} | {agreed} |")
         for leg, row in zip(legs, rows):
             if row and row["result"] != "passed":
-                reasons.append(f"- **{family}**, {leg['label']}: {row.get('reason')}")
-                if upstream(row)[1]:
-                    reasons.append(f"  Outside mmgcu ({upstream(row)[0]}): {upstream(row)[1]}.")
-                elif row.get("fix"):
-                    reasons.append(f"  Fix: {row['fix']}")
+                problems.append(problem(family, leg, row))
     changed = [
         f"- **{r['family']}**: {r['changed']}"
         for rows in by_leg
@@ -343,14 +342,64 @@ def table(args) -> int:
     ]
     changed = list(dict.fromkeys(changed))
     lines += graph_table(legs, by_leg)
-    lines += ["", "## Why a row did not pass", ""] + (reasons or ["Every row passed."])
+    lines += ["", "## Why a row did not pass", ""] + reason_lines(problems)
     lines += ["", "## What the zoo changed in a config", ""] + (changed or ["Nothing."])
     lines += ["", "## Families left out", ""]
     lines += [f"- **{family}**: {why}" for family, why in LEFT_OUT.items()]
+    roots = [leg.get("repo") for leg in legs] + [REPO]
     with open(args.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(short_paths("\n".join(lines), roots) + "\n")
     print(f"zoo: wrote {args.out} ({len(families)} families)")
     return 0
+
+
+#: A path up to and including its ``site-packages/`` (or ``dist-packages/``) folder.
+SITE_PACKAGES = re.compile(r"[^\s'\"`(),;:]*[/\\]((?:site|dist)-packages)[/\\]")
+
+
+def short_paths(text: str, roots: Iterable[Optional[str]] = ()) -> str:
+    """``text`` without a machine's paths: an installed package's files from its
+    ``site-packages/``, the files of a checkout (``roots``) relative to it, the home folder
+    as ``~``."""
+    text = SITE_PACKAGES.sub(r"\1/", text)
+    for root in sorted({r.rstrip("/\\") for r in roots if r}, key=len, reverse=True):
+        text = text.replace(root + os.sep, "") if root else text
+    home = osp.expanduser("~")
+    if home not in ("", "/", "~"):
+        text = text.replace(home.rstrip("/\\") + os.sep, "~" + os.sep)
+    return text
+
+
+def problem(family: str, leg: dict, row: dict) -> Tuple[str, str, str, str]:
+    """``(family, leg, what happened, why)`` of a row that did not pass; ``why`` is the
+    paragraph that rows of other families or legs may share ('' when there is none)."""
+    name = leg["label"].split(":")[0]
+    if row["result"] == "not run":
+        return family, name, "not run", row.get("reason") or ""
+    where, why = upstream(row)
+    if why:
+        note = f"Outside mmgcu ({where}): {why}."
+    else:
+        note = f"Fix: {row['fix']}" if row.get("fix") else ""
+    return family, name, row.get("reason") or "", note
+
+
+def reason_lines(problems: List[Tuple[str, str, str, str]]) -> List[str]:
+    """One item per family and error (its legs together), and each shared paragraph once,
+    numbered, which the items refer to."""
+    if not problems:
+        return ["Every row passed."]
+    merged: Dict[Tuple[str, str, str], List[str]] = {}
+    for family, leg, what, why in problems:
+        merged.setdefault((family, what, why), []).append(leg)
+    notes: List[str] = list(dict.fromkeys(why for _, _, why in merged if why))
+    lines = []
+    for (family, what, why), names in merged.items():
+        item = f"- **{family}**, {' and '.join(names)}: " + "\n  ".join(what.splitlines())
+        lines.append(item + (f" (note {notes.index(why) + 1})" if why else ""))
+    if notes:
+        lines += ["", "Notes:", ""] + [f"{n}. {note}" for n, note in enumerate(notes, 1)]
+    return lines
 
 
 def graph_table(legs, by_leg) -> list:

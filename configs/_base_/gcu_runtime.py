@@ -1,6 +1,6 @@
 # The one base an mmseg config inherits to train on GCU cards (Enflame T20 and newer):
-# mmseg's default_runtime plus what GCUs need. Put it in `_base_` where default_runtime
-# was (mmengine refuses keys defined by two sibling bases). Works with the stock
+# mmseg's default_runtime plus what GCUs need. Put it in `_base_` in place of default_runtime
+# (mmengine refuses keys defined by two sibling bases). Works with the stock
 # tools/train.py, `--launcher pytorch`, under torchrun or tools/dist_train.sh.
 _base_ = ["mmseg::_base_/default_runtime.py"]
 

@@ -24,8 +24,8 @@ data_preprocessor = dict(size=crop_size)
 model = dict(
     data_preprocessor=data_preprocessor,
     pretrained="pretrain/resnet50_v1c-2cccc1ad.pth",
-    # norm_cfg stays SyncBN as in mmseg: GCURunner keeps it where the card generation
-    # supports it and reverts it to per-card BN (with a warning) where not.
+    # norm_cfg stays SyncBN as in mmseg: GCURunner makes each layer a GCUSyncBatchNorm that
+    # synchronises over the cards (either generation); a single-process run uses plain BN.
     decode_head=dict(num_classes=num_classes),
     auxiliary_head=dict(num_classes=num_classes),
 )

@@ -10,7 +10,7 @@
 #   mmgcu rehearse upernet_dinov2-l14_8xgcu-80k_loveda-518x518.py --scale real
 # One rank measures a card at the real crop, and the report adds what the other 7 ranks add
 # to each card (DDP's gradient buckets, SyncBN's) for the per-card figure against 32 GiB
-# (README: "Check a large model's memory on a workstation").
+# (docs/rehearsal.md: "Check a large model's memory on a workstation").
 #
 # Crop 518 = 37 x 14: a whole number of patches, and the grid DINOv2 was pre-trained at, so
 # the checkpoint's 37x37 position embedding loads as it is. A 512 crop would be padded to 518
@@ -65,7 +65,7 @@ model = dict(
     # Strides 3.5, 7, 14 and 28 from the one 14-stride map, as mmseg's ViT-UPerNet.
     neck=dict(in_channels=[embed_dims] * 4, out_channels=embed_dims, scales=[4, 2, 1, 0.5]),
     # The heads' norm_cfg stays SyncBN as in mmseg (the backbone uses LayerNorm): GCURunner
-    # keeps it where the card generation supports it and reverts it to per-card BN where not.
+    # makes each layer a GCUSyncBatchNorm over the cards; a single-process run uses plain BN.
     decode_head=dict(in_channels=[embed_dims] * 4, num_classes=num_classes),
     auxiliary_head=dict(in_channels=embed_dims, num_classes=num_classes),
     # LoveDA's 1024x1024 val images in 518x518 windows (2/3 overlap): the grid trained on,

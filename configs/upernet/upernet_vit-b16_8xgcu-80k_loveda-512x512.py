@@ -31,7 +31,7 @@ model = dict(
     pretrained="pretrain/jx_vit_base_p16_224-80ecf9dd.pth",
     backbone=dict(img_size=crop_size),
     # The heads' norm_cfg stays SyncBN as in mmseg (the backbone uses LayerNorm): GCURunner
-    # keeps it where the card generation supports it and reverts it to per-card BN where not.
+    # makes each layer a GCUSyncBatchNorm over the cards; a single-process run uses plain BN.
     decode_head=dict(num_classes=num_classes),
     auxiliary_head=dict(num_classes=num_classes),
 )

@@ -8,8 +8,8 @@ have, and torch >= 2.6 (``weights_only=True``, what stock mmengine and mmseg's t
 load with there) refuses every object that is not plain. ``GCURunner`` restores the hub's
 ``HistoryBuffer`` objects when it loads one (:func:`restore_message_hub`).
 
-Older checkpoints (mmgcu's before this, and every mmengine 0.10.7 one) pickle those
-objects; they load with the allow-list below.
+Checkpoints in mmengine's own form (every mmengine 0.10.7 one) pickle those objects; they
+load with the allow-list below.
 
 torch >= 2.6 unpickles only allow-listed globals by default, and mmengine 0.10.7 calls
 ``torch.load`` without saying otherwise, so its own checkpoints stop loading

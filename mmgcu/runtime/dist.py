@@ -148,8 +148,8 @@ def attempt_store(timeout: datetime.timedelta) -> dict:
     store keys are this attempt's own (``TORCHELASTIC_RESTART_COUNT``); elsewhere none.
 
     After a restart (``torchrun --max_restarts``), torch 2.x's workers meet again on the
-    rendezvous store that the agent keeps across attempts, and its ``env://`` no longer
-    prefixes their keys per attempt as torch 1.x's did, so gloo can read the address a
+    rendezvous store that the agent keeps across attempts, and its ``env://`` does not
+    prefix their keys per attempt as torch 1.x's does, so gloo can read the address a
     peer of the previous attempt published ("Gloo connectFullMesh failed ... Connection
     refused"; pytorch/pytorch#135712). This is torch 1.x's prefix, given back. Only on one
     node: each node's agent counts its own restarts, so the counts of several nodes can

@@ -4,7 +4,7 @@ mmseg warns as a model is built (``build_loss`` deprecated, ``avg_non_ignore``) 
 visualization hook is (``The draw is False``): the same words once per rank, eight times on
 a T20. :func:`show_library_warnings_on_rank_0` filters, on every rank but 0, the warnings
 that OpenMMLab's own modules raise; ``GCURunner`` calls it before it builds anything. A
-user's own warnings, and torch's, are shown on every rank as before.
+user's own warnings, and torch's, are shown on every rank.
 """
 
 import os

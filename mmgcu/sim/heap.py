@@ -2,12 +2,13 @@
 
 Simulated card memory is host memory from glibc's ``malloc``. By default glibc maps each
 block over its mmap threshold (128 KB, rising to 32 MB) on its own and unmaps it when it
-is freed, so every step's large tensors were faulted in and zeroed again, page by page (a
-2-card LRASPP rehearsal: 20 million page faults and 67 s of system time in 92 s). torch_gcu
-2.x keeps what it frees for the next step (a caching allocator: ``torch.gcu.empty_cache``,
-``memory_stats``); the 1.x source shows no allocator beyond ``get_hbm_alloc_size``, so
-there this is only the simulator's speed. Card memory is still counted per card
-(``csrc/gcu_sim.cpp``): peaks and the out-of-memory check do not change.
+is freed, so every step's large tensors would be faulted in and zeroed again, page by page
+(a 2-card LRASPP rehearsal on 2026-11-27: 20 million page faults and 67 s of system time in
+92 s; docs/simulator.md). torch_gcu 2.x keeps what it frees for the next step (a caching
+allocator: ``torch.gcu.empty_cache``, ``memory_stats``); the 1.x source shows no allocator
+beyond ``get_hbm_alloc_size``, so there this is only the simulator's speed. Card memory is
+counted per card all the same (``csrc/gcu_sim.cpp``): peaks and the out-of-memory check do
+not change.
 
 Set by the simulator's install in each process (so a user's own ``torchrun``, ``mmgcu
 check`` and the tests' jobs get it too), with ``mallopt(3)``: one heap for the threads

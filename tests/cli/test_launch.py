@@ -102,8 +102,8 @@ def test_one_node_on_torch_1_gets_a_rendezvous_of_its_own():
 
 
 def test_torchrun_on_torch_1_looks_at_its_workers_as_often_as_torch_2():
-    """torch 1.10's agent looked every 5 s: a job returned up to 5 s after its workers had
-    ended. torch 1.10 reads the flag as this torch does (every T20-leg job passes it)."""
+    """torch 1.10's agent looks every 5 s by default: a job returns up to 5 s after its
+    workers end. torch 1.10 reads the flag as this torch does (every T20-leg job passes it)."""
     from torch.distributed.run import get_args_parser
 
     flags = launch.torchrun_flags({}, "1.10.2")

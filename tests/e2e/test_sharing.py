@@ -112,9 +112,10 @@ def dist_train(cfg, work, cards):
 
 @pytest.mark.t20
 def test_jobs_on_disjoint_cards_both_train_to_their_end(dataset, tmp_path):
-    """torch 1.10's ``torchrun --standalone`` always used localhost:29400: the second job's
-    launcher joined the rendezvous store of the first, which its launcher hosts, and died
-    when the first job ended ("failed to send a keep-alive heartbeat to the rendezvous")."""
+    """torch 1.10's ``torchrun --standalone`` always uses localhost:29400: there the second
+    job's launcher joins the rendezvous store of the first, which its launcher hosts, and
+    dies when the first job ends ("failed to send a keep-alive heartbeat to the rendezvous").
+    Each job has a rendezvous of its own."""
     go = {job: tmp_path / f"go_{job}" for job in "ab"}
     work = {job: str(tmp_path / job) for job in "ab"}
     jobs = {}

@@ -43,7 +43,7 @@ def test_bare_eccl_refuses_cpu_tensors(api):
 
 @needs_torch2
 def test_exit_without_destroying_the_group_is_clean():
-    """Before the fake ECCL released its gloo at exit, ~1 process in 4 aborted here."""
+    """The fake ECCL releases its gloo at exit: without that, ~1 process in 4 aborts here."""
     for _ in range(6):  # each rank exits non-zero (SIGABRT) if teardown aborts
         results = run_ranks("exit_without_destroy", world_size=2, MMGCU_SIMULATE=2)
         assert [r["sum"] for r in results] == [[2.0, 2.0, 2.0]] * 2

@@ -88,7 +88,7 @@ def test_a_checkpoint_of_card_tensors_loads_without_the_simulator(api, tmp_path)
 
 @pytest.mark.parametrize("api", SIM_APIS)
 def test_a_card_tensor_moves_back_to_the_cpu(api):
-    # Regression: _to_copy with a device kwarg once raised "got multiple values for 'device'".
+    # _to_copy with a device kwarg: one device, not "got multiple values for 'device'".
     out = sim_json("to_cpu", api=api, cards=8)
     other = f"{DEVICE_TYPE[api]}:1"
     assert out == {
@@ -100,7 +100,7 @@ def test_a_card_tensor_moves_back_to_the_cpu(api):
 
 @needs_torch2
 def test_torch_manual_seed_seeds_the_cards():
-    # Regression: torch.manual_seed -> torch.gcu.manual_seed_all -> torch.manual_seed recursed.
+    # torch.manual_seed calls torch.gcu.manual_seed_all, which must not call it back (recursion).
     out = sim_json("seeds", api="gcu2", cards=2)
     assert out["a"] == out["b"] != out["c"]
 

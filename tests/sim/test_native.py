@@ -132,7 +132,7 @@ def test_op_classes_on_non_contiguous_and_half_card_tensors(kind):
     forward and backward, against the CPU in float32. An XLA card (torch_gcu 1.x) has no
     strides to refuse (torch_xla/csrc/tensor_impl.cpp: every XLA tensor is contiguous, its
     strides computed from its shape), so "view size is not compatible ..." in layer_norm on a
-    transposed patch embedding was the simulator's, not the T20's; torch 1.10's CPU lacks half
+    transposed patch embedding would be the simulator's, not the T20's; torch 1.10's CPU lacks half
     kernels a card has (batch norm under autocast, as on CUDA)."""
     out = native_json("native_conformance", kind=kind, cards=2)
     for dtype in ("float32", "float16", "bfloat16"):

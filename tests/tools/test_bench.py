@@ -1,5 +1,6 @@
 """The benchmark's own logic, without running it: options, the host_reads section's config and
-arithmetic, the rehearsal's plan and verdicts, the table, the README rows, the size limits.
+arithmetic, the rehearsal's plan and verdicts, the table, docs/performance.md and the runs it
+is written from, the size limits.
 
 ``make bench`` itself (minutes of training) is not run here."""
 
@@ -16,8 +17,9 @@ BENCH = os.path.join(REPO, "tools", "benchmarks")
 sys.path.insert(0, BENCH)
 
 import bench  # noqa: E402
-import readme  # noqa: E402
+import performance  # noqa: E402
 import report  # noqa: E402
+import rows  # noqa: E402
 import sections  # noqa: E402
 from sections import host_reads, overhead, rehearsal  # noqa: E402
 
@@ -172,7 +174,7 @@ def _results():
 @pytest.mark.parametrize("api, cards", [("gcu2", "s60:2"), ("gcu1", "t20:2")])
 def test_rehearsal_knows_the_simulators_notice(api, cards, python):
     """The section checks each run's log for the simulator's notice of its API: the notice
-    as this code prints it (the old baseline's 'SIMULATED (legacy API' aside)."""
+    as this tree prints it (the baseline commit's 'SIMULATED (legacy API' aside)."""
     notice = python(
         "import mmgcu, torch_gcu",
         MMGCU_SIMULATE=cards,
@@ -213,16 +215,27 @@ def test_rehearsal_verdicts():
     assert gcu2["all_exit_0"] is False and gcu2["passed"] is False
 
 
-def test_table_json_and_readme_rows(tmp_path):
-    args = bench.parse_args(["--sections", "rehearsal,host_reads"])
-    info = dict(
-        date="2026-11-23T20:00:00+00:00", cpu_model="CPU", usable_cpus=2, python="3.11.7",
-        torch="2.13.0", mmengine="0.10.7", mmsegmentation="1.2.2", git_commit="abc1234def",
-        load1_at_start=0.5,
-    )  # fmt: skip
+INFO = dict(
+    date="2026-11-23T20:00:00+00:00", cpu_model="CPU", usable_cpus=2, python="3.11.7",
+    torch="2.13.0", mmengine="0.10.7", mmsegmentation="1.2.2", git_commit="abc1234def",
+    git_dirty=True, load1_at_start=0.5, python_executable="/home/me/mmgcu/.venv/bin/python",
+    repo="/home/me/mmgcu",
+)  # fmt: skip
+
+
+def _report(tmp_path, argv, results, errors=None, name="bench.json", **info):
+    """A bench report of ``results`` written as bench.py writes it; its path."""
+    args = bench.parse_args(argv + ["--out", "/home/me/mmgcu/bench_results/bench.json"])
     loads = dict(host_reads=dict(load1_before=0.5, load1_after=1.5, section_s=1.0))
+    out = report.build(dict(INFO, **info), args, results, loads, errors or {}, {}, 1.0)
+    path = str(tmp_path / name)
+    report.write(out, path)
+    return path, out
+
+
+def test_table_and_json(tmp_path):
     errors = {"sync_bn": "RuntimeError: rank 1 failed"}
-    out = report.build(info, args, _results(), loads, errors, {}, 1.0)
+    _, out = _report(tmp_path, ["--sections", "rehearsal,host_reads"], _results(), errors)
     table = {(r["section"], r["measurement"]): r for r in out["table"]}
     steady = "card reads / iteration after the first log interval, mmgcu [{}]"
     mmgcu_gcu2 = table[("5 host reads", steady.format("gcu2"))]
@@ -234,15 +247,82 @@ def test_table_json_and_readme_rows(tmp_path):
     assert (amp["value"], amp["target"], amp["verdict"]) == (1.1, "info", "")
     assert table[("6 SyncBN", "ERROR (see JSON)")]["verdict"] == "FAIL"
     assert out["passed"] is False
-    text = "\n".join(out["readme"])
-    assert "load average 0.5 at the start (0.5–1.5 around the sections)" in text
+    assert report.format_table([tuple(r.values()) for r in out["table"]]).count("\n") > 10
+
+
+def test_the_doc_names_each_run_and_keeps_no_machine_path(tmp_path):
+    errors = {"sync_bn": "RuntimeError: rank 1 failed"}
+    argv = ["--sections", "rehearsal,host_reads", "--check"]
+    path, _ = _report(tmp_path, argv, _results(), errors)
+    kept = performance.keep(path, str(tmp_path / "runs"))
+    with open(kept) as f:
+        assert "/home/me" not in f.read()  # the machine's paths stay on the machine
+    doc = tmp_path / "performance.md"
+    assert performance.write(str(doc), str(tmp_path / "runs")) == []
+    text = doc.read_text()
+    assert "/home/me" not in text
+    run = "### 2026-11-23, commit abc1234 (uncommitted changes): "
+    assert run + "`bench.py --sections rehearsal,host_reads --check`" in text
+    assert "load average 0.5 at the start, 0.5 to 1.5 around the sections; 1 s in all." in text
+    assert "Failed, so not shown: sync_bn." in text
     assert "**0.20** vs 5.00 / **0.10** vs 5.00 | 0.1 (one per log line) |" in text
     assert "| 4/4 and 0/0 / 4/4 and 0/0 |" in text
     assert "gcu2 `skip` 1.10, gcu1 `zero` 0.10 | `zero`: 0.1 |" in text
     assert "41.0 s vs 31.0 s: ratio **1.32** (pairs 1.31–1.33; CPU time 1.32)" in text
-    report.write(out, str(tmp_path / "bench.json"))
-    assert report.format_table([tuple(r.values()) for r in out["table"]]).count("\n") > 10
-    assert readme.lines(info, {}, {})[2:] == ["| what | value | target |", "|---|---|---|"]
+    # The sections this run did not measure keep the recorded run's rows, under its name.
+    assert "### 2026-11-28, commit c8f64c4: `make bench BENCH_ARGS=--check`" in text
+    assert "26.4 ms vs 26.5 ms: ratio **0.999**" in text  # overhead, recorded
+    assert "| one-time reads per rank before that" not in text  # host_reads: the new run's
+    assert text.index("26.4 ms vs 26.5 ms") < text.index(run)  # in the sections' order
+    assert performance.MARK not in text and "## What the figures mean" in text
+
+
+def test_a_newer_run_replaces_a_section_and_a_quick_run_is_not_kept(tmp_path):
+    runs = str(tmp_path / "runs")
+    old, _ = _report(tmp_path, ["--sections", "host_reads"], _results(), name="old.json")
+    performance.keep(old, runs)
+    newer = dict(date="2026-11-24T20:00:00+00:00", git_commit="fed4321abc", git_dirty=False)
+    new, _ = _report(tmp_path, ["--sections", "host_reads"], _results(), name="new.json", **newer)
+    performance.keep(new, runs)
+    quick, _ = _report(tmp_path, ["--quick"], _results(), name="quick.json")
+    assert performance.keep(quick, runs) is None
+    doc = str(tmp_path / "performance.md")
+    (unused,) = performance.write(doc, runs)
+    assert "20261123T200000-" in unused  # every section of it is newer elsewhere
+    with open(doc) as f:
+        text = f.read()
+    assert "### 2026-11-24, commit fed4321: `bench.py --sections host_reads`" in text
+    assert "2026-11-23" not in text
+    assert performance.main(["--add", new, "--runs", runs, "--out", doc]) == 0
+    assert not os.path.exists(unused)  # --add removes what no section shows
+
+
+def test_graphs_and_padding_rows():
+    from sections import graphs
+
+    runs = []
+    for pair, (off, kept) in enumerate([(43.5, 44.6), (35.2, 38.6)]):
+        walls = dict(off=off, t20=kept)
+        runs += [dict(profile=p, wall_s=walls[p], exit_code=0) for p in graphs.order(pair)]
+    (row,) = rows.graphs(graphs.summary(runs))
+    assert "kept / off 44.6 / 43.5, 38.6 / 35.2 s: ratio **1.06** (pairs 1.03–1.10)" in row
+    metrics = ("aAcc", "mIoU", "mAcc")
+    result = dict(sizes=[[48, 64], [96, 96]], images=8, buckets=[[32, 48]])
+    result.update(own_size=dict(zip(metrics, (93.78, 83.29, 88.88))))
+    result.update(padded=dict(zip(metrics, (94.41, 84.93, 90.2))))
+    result["control"] = dict(difference=dict(zip(metrics, (0.0, 0.0, 0.0))))
+    padded, control = rows.padding(result)
+    assert "8 images of 2 sizes (48 to 96 px a side)" in padded
+    assert "| mIoU 83.29 / 84.93, aAcc 93.78 / 94.41, mAcc 88.88 / 90.20 | info |" in padded
+    assert "the same on 4 images" in control and "mIoU +0.00" in control
+
+
+def test_the_shipped_doc_is_what_the_kept_runs_write(tmp_path):
+    """docs/performance.md is written by the tool from the committed runs, not by hand."""
+    doc = tmp_path / "performance.md"
+    performance.write(str(doc))
+    with open(os.path.join(REPO, "docs", "performance.md"), encoding="utf-8") as f:
+        assert f.read() == doc.read_text(encoding="utf-8"), "run tools/benchmarks/performance.py"
 
 
 def test_simulator_cost_rows_give_each_api_its_own_range():
@@ -252,7 +332,7 @@ def test_simulator_cost_rows_give_each_api_its_own_range():
         m = dict(cpu=step_cpu, card=step_card, ratio=step_card / step_cpu)
         return dict(step_median_s=m, ops=ops)
 
-    step, per_op = readme.simcost(
+    step, per_op = rows.simcost(
         dict(gcu2=api(0.010, 0.012, [0.8, 1.7], 3.1), gcu1=api(0.010, 0.011, [0.9, 1.2], 1.3))
     )
     assert "10.0 ms vs 12.0 ms (1.20×) / 10.0 ms vs 11.0 ms (1.10×)" in step

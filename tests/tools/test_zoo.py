@@ -75,15 +75,15 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
     assert lines["mask2former"].endswith(
         "| passed (10 s) | passed (10 s) | 1.00000 / 2.00000 ; 1.00000 / 2.00000 | yes |"
     )
-    # A gloo group's refusal of a card tensor is mmgcu's to fix now (gloo_eccl), not a limit.
+    # A gloo group's refusal of a card tensor is mmgcu's to fix (gloo_eccl), not a limit.
     assert "| passed (10 s) | **failed** (train) |" in lines["emanet"]
     assert "| not run | passed (10 s) |" in lines["dinov2"]
     assert "| **failed** (train) | passed (10 s) |" in lines["dcn"]
     assert "Outside mmgcu (fails in mmseg): mmseg 1.2.2's CrossEntropyLoss" in text
     assert "torch_gcu 1.x limit" not in text
-    assert "  Fix: leave env_cfg.dist_cfg.backend unset" in text
-    assert "  Fix: do y" in text
-    assert "no torchvision build matches torch 2.13" in text
+    assert ". Fix: leave env_cfg.dist_cfg.backend unset" in text
+    assert ". Fix: do y" in text
+    assert "mmpretrain is not importable in this environment" in text
     assert "- **dinov2**: 1 image per card" in text
 
 
@@ -113,3 +113,55 @@ def test_the_graph_table_shows_the_lazy_legs_graphs_and_cuts(tmp_path):
     assert f"## The lazy graph, {zoo.LEGS['main'][1]}" not in text  # S60 cards keep no graph
     assert "| fcn | 2.0 | 0 | 5 / 8 / 6 | 1.0 | aten::nonzero (fallback) at head.py:12 |" in text
     assert zoo.graph_row(None) is None
+
+
+def test_the_reasons_name_no_machine_path_and_each_paragraph_once(tmp_path):
+    venv = "/opt/someone/.venv-t20/lib/python3.8/site-packages"
+    checkout = "/srv/ci/mmgcu"
+    failed = dict(phase="train", fix="do y")
+    main = [
+        row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
+        row(
+            "dcn",
+            "failed",
+            (),
+            reason=f"x_impl\nmmgcu: {venv}/mmdet/utils/dist_utils.py:64",
+            **failed,
+        ),
+        row("psa", "failed", (), reason=f"y_impl at {checkout}/mmgcu/model/a.py:3", **failed),
+        row("convnext", "not run", (), reason=zoo.WHY_NOT_HERE["mmpretrain"]),
+        row("poolformer", "not run", (), reason=zoo.WHY_NOT_HERE["mmpretrain"]),
+    ]
+    t20 = [
+        row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
+        row("dcn"), row("psa"), row("convnext"), row("poolformer"),
+    ]  # fmt: skip
+    paths = []
+    for leg, rows in (("main", main), ("t20", t20)):
+        path = tmp_path / f"{leg}.json"
+        results = dict(leg=leg, label=zoo.LEGS[leg][1], rows=rows, repo=checkout)
+        path.write_text(json.dumps(results))
+        paths.append(str(path))
+    out = tmp_path / "zoo.md"
+    assert zoo.main(["table", *paths, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert venv not in text and checkout not in text and "/opt/someone" not in text
+    assert "mmgcu: site-packages/mmdet/utils/dist_utils.py:64" in text
+    assert "y_impl at mmgcu/model/a.py:3" in text  # the checkout's own file, repo-relative
+    reasons = text.split("## Why a row did not pass")[1].split("\n## ")[0]
+    assert "- **cgnet**, S60 and T20: IndexError: index 255 is out of bounds (note 1)" in reasons
+    assert "- **convnext**, S60: not run (note 3)" in reasons
+    assert "- **poolformer**, S60: not run (note 3)" in reasons
+    for note in ("Outside mmgcu (fails in mmseg)", "Fix: do y", zoo.WHY_NOT_HERE["mmpretrain"]):
+        assert reasons.count(note) == 1, note
+    assert "\n  mmgcu: site-packages/" in reasons  # a reason's second line stays in its item
+
+
+def test_short_paths():
+    home = os.path.expanduser("~")
+    text = f"at /x/y/lib/python3.8/site-packages/mmseg/a.py:1 and '{home}/data/b.py'"
+    assert zoo.short_paths(text) == "at site-packages/mmseg/a.py:1 and '~/data/b.py'"
+    assert zoo.short_paths(f"{REPO}/tools/zoo.py", [REPO]) == "tools/zoo.py"
+    assert (
+        zoo.short_paths("/usr/lib/python3/dist-packages/torch/x.py") == "dist-packages/torch/x.py"
+    )

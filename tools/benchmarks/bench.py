@@ -8,7 +8,7 @@ docstring says what it measures and how):
 2. ``startup``: ``import mmgcu`` (without and with the simulator, cached and compiling) and
    launch to the first training iteration.
 3. ``rehearsal``: the 8-rank simulated run of the tiny config for each API, fp32 and
-   ``--amp`` (target < 60 s), and gcu1 against the code before the 1.x rebuild
+   ``--amp`` (target < 60 s), and gcu1 against a baseline commit
    (``--rehearsal-baseline``, target <= 1.2x).
 4. ``simcost``: a simulated card against the plain CPU: a training step, single ops.
 5. ``host_reads``: card reads (host waits) and lazy graph runs per iteration of a stock mmseg
@@ -23,13 +23,14 @@ docstring says what it measures and how):
 
 Layout: this file (command line, main), ``harness.py`` (processes, environments, datasets,
 configs, the baseline checkout, timing helpers, the machine), ``sections/<name>.py``,
-``report.py`` (table, JSON) and ``readme.py`` (README.md's Performance rows). Children are
-files: ``import_time.py``, ``simcost.py``, ``sync_bn.py``, ``host_reads_probe.py`` (a hook).
+``report.py`` (table, JSON), ``rows.py`` (docs/performance.md's rows of each section) and
+``performance.py`` (docs/performance.md from the runs kept in ``runs/``, which ``make bench``
+adds this run to). Children are files: ``import_time.py``, ``simcost.py``, ``sync_bn.py``,
+``host_reads_probe.py`` (a hook).
 
-Defaults with ``--skip-compile`` took 12 minutes on a 2-core VM (2026-11-28); the compile
-measurement adds fresh builds of the simulator; ``--quick`` is a smoke run. Run on a quiet
-machine: the 1-minute load average before and after each section is recorded, and a busy
-start is flagged.
+Every section takes minutes on a 2-core VM, the first compile of the simulator more;
+``--quick`` is a smoke run. Run on a quiet machine: the 1-minute load average before and
+after each section is recorded, and a busy start is flagged.
 
     python tools/benchmarks/bench.py [--quick] [--sections overhead,startup] [--out FILE]
 """
@@ -114,15 +115,15 @@ def _overhead_and_startup(p):
 def _rehearsal_and_simcost(p):
     g = p.add_argument_group("3 rehearsal")
     g.add_argument("--rehearsal-apis", default="gcu2,gcu1", help="simulated APIs to rehearse")
-    g.add_argument("--rehearsal-api", help="one API only (old option: --rehearsal-apis API)")
+    g.add_argument("--rehearsal-api", help="one API only (the same as --rehearsal-apis API)")
     g.add_argument("--rehearsal-runs", type=int, default=1, help="fp32 runs per API (median)")
     g.add_argument("--rehearsal-amp-runs", type=int, default=1, help="--amp runs per API (0: none)")
     g.add_argument(
         "--rehearsal-baseline",
         default="14e0974",
-        help="commit before the torch_gcu 1.x rebuild, rehearsed against gcu1 ('': none)",
+        help="baseline commit whose torch_gcu 1.x rehearsal gcu1's is compared with ('': none)",
     )
-    g.add_argument("--rehearsal-baseline-pairs", type=int, default=3, help="old/new pairs")
+    g.add_argument("--rehearsal-baseline-pairs", type=int, default=3, help="baseline/tree pairs")
     g = p.add_argument_group("4 simcost")
     g.add_argument("--simcost-apis", default="gcu2,gcu1", help="simulated APIs to measure")
     g.add_argument("--simcost-steps", type=int, default=30, help="timed train steps per device")

@@ -29,7 +29,7 @@ TINY = osp.join(REPO, TINY_REL)
 FIRST_ITER = "Iter(train) ["
 # Variables that would change what a child runs (a launcher's, the simulator's, a card list).
 DROPPED_ENV = ("MMGCU_", "TOPS_", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_", "TORCHELASTIC_")
-#: What the simulator's API used to be called; both names are accepted.
+#: The simulated APIs' other names (the baseline commit's, and MMGCU_SIMULATE_API's aliases).
 API_ALIASES = {"v2": "gcu2", "legacy": "gcu1"}
 
 

@@ -1,11 +1,10 @@
-"""bench.py's report: the table (each section's rows, in order), the JSON file, and the rows
-of README.md's Performance table with the line that names the machine."""
+"""bench.py's report: the table (each section's rows, in order) and the JSON file, from which
+``performance.py`` writes docs/performance.md."""
 
 import json
 import os
 import os.path as osp
 
-import readme
 import sections
 
 COLUMNS = ("section", "measurement", "value", "unit", "target", "verdict")
@@ -56,7 +55,7 @@ def machine_line(info, quick=False):
 
 
 def build(info, args, results, loads, errors, extension, total_s):
-    """The JSON report: everything measured, the table and the README rows."""
+    """The JSON report: everything measured and the table."""
     rows = table_rows(results) + error_rows(errors)
     passed = all(r[5] != "FAIL" for r in rows)
     if args.quick:  # smoke sizes: a verdict is only a sign that the section ran
@@ -71,7 +70,6 @@ def build(info, args, results, loads, errors, extension, total_s):
         extension=extension,
         total_s=total_s,
         table=[dict(zip(COLUMNS, r)) for r in rows],
-        readme=readme.lines(info, results, loads),
         passed=passed,
     )
 
@@ -83,10 +81,8 @@ def write(report, path):
 
 
 def show(report, path, quick=False):
-    """Print the machine line, the table and the README rows."""
+    """Print the machine line and the table."""
     rows = [tuple(r[c] for c in COLUMNS) for r in report["table"]]
     print("\n" + machine_line(report["machine"], quick))
     print(format_table(rows))
-    print("\nREADME.md Performance rows:\n")
-    print("\n".join(report["readme"]))
     print(f"\n{path} written ({report['total_s']:.0f} s)")

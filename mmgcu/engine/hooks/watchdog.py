@@ -39,7 +39,7 @@ from ...binding import CardBound
 from ...errors import GCUError
 from ...runtime import heartbeat as hb
 
-DEFAULT_TIMEOUT = 300.0  # steady training: half NCCL's 10 minutes (see the README)
+DEFAULT_TIMEOUT = 300.0  # steady training: half NCCL's 10 minutes (docs/reliability.md)
 DEFAULT_SLOW_TIMEOUT = 1800.0  # first iteration, metrics, checkpoint saves
 DEFAULT_INTERVAL = 2.0
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -1,4 +1,4 @@
-"""One rank of N on simulated T20 cards: the model code of issue 45 on card tensors.
+"""One rank of N on simulated T20 cards: model code that all-reduces card tensors itself.
 
 mmseg's ``EMAModule`` (EMANet) all-reduces its bases with torch.distributed in training
 (``reduce_mean`` of ``ema_head.py``), as mmdet's ``reduce_mean`` does in Mask2Former's and

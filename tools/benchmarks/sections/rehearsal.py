@@ -2,13 +2,13 @@
 config (8 ranks, cached extension), for each simulated API (``--rehearsal-apis``), fp32 and
 ``--amp``. Target: under 60 s on a 2-core machine, exit code 0.
 
-For torch_gcu 1.x (``gcu1``) the same rehearsal also runs on the code before the 1.x
-rebuild (``--rehearsal-baseline``, default commit ``14e0974``, whose API was called
-``legacy``), checked out in a throwaway ``git worktree`` in the scratch folder, with its own
-``dist_train.sh`` and tiny config. Old and new runs are interleaved in pairs (the order
-alternating from pair to pair); target: median(new) / median(old) <= 1.2. The ``--amp`` runs
-are interleaved with the fp32 ones too (each against the fp32 run of its round, median of
-those ratios); informational.
+For torch_gcu 1.x (``gcu1``) the same rehearsal also runs on a baseline commit
+(``--rehearsal-baseline``, default ``14e0974``, whose simulator names this API ``legacy``),
+checked out in a throwaway ``git worktree`` in the scratch folder, with its own
+``dist_train.sh`` and tiny config. The baseline's runs and this tree's are interleaved in
+pairs (the order alternating from pair to pair); target: median(this tree) / median(baseline)
+<= 1.2. The ``--amp`` runs are interleaved with the fp32 ones too (each against the fp32
+run of its round, median of those ratios); informational.
 """
 
 import os.path as osp
@@ -29,8 +29,9 @@ def needs_simulator(args):
 
 def plan(runs, pairs, amp_runs):
     """The runs in order: a list of rounds, each a list of variants. Every round has an fp32
-    run, so each old and each --amp run has a partner run in its round; old and new alternate
-    their order from round to round, so a drift of the machine's load hits both."""
+    run, so each baseline and each --amp run has a partner run in its round; the baseline and
+    this tree alternate their order from round to round, so a drift of the machine's load
+    hits both."""
     counts = dict(fp32=max(runs, pairs, amp_runs), baseline=pairs, amp=amp_runs)
     rounds = []
     for r in range(max(counts.values())):
@@ -40,8 +41,9 @@ def plan(runs, pairs, amp_runs):
 
 
 def simulated_banner(api: str, old: bool) -> str:
-    """What the simulator's notice says of ``api``: the old code names it (``legacy``); the
-    code now names the torch_gcu generation (``SIMULATED (T20: the torch_gcu 1.x API``)."""
+    """What the simulator's notice says of ``api``: the baseline commit's names the API
+    (``legacy``); this tree's names the torch_gcu generation (``SIMULATED (T20: the torch_gcu
+    1.x API``)."""
     if old:
         return f"SIMULATED ({api} API"
     return f"the torch_gcu {dict(gcu1='1.x', gcu2='2.x')[api]} API"
@@ -155,12 +157,12 @@ def _api_rows(api, r):
         out.append((what, r["amp_over_fp32"], "x", "info", ""))
     if "baseline_median_s" in r:
         pr, commit = r["pair_ratios"], r["baseline_commit"][:7]
-        what = f"before the 1.x rebuild ({commit}, '{r['baseline_api']}'), wall, median of"
+        what = f"baseline commit {commit} ('{r['baseline_api']}'), wall, median of"
         out += [
             (f"{what} {len(r['baseline_walls_s'])}", r["baseline_median_s"], "s", "", ""),
-            (f"{api} / before ({len(pr)} interleaved pairs, medians)", r["new_over_baseline"],
+            (f"{api} / baseline ({len(pr)} interleaved pairs, medians)", r["new_over_baseline"],
              "x", f"<= {BASELINE_RATIO_TARGET}", _verdict(r["baseline_passed"])),
-            (f"{api} / before, per pair, min..max", f"{min(pr):.3f}..{max(pr):.3f}", "x", "", ""),
+            (f"{api} / baseline, per pair, min..max", f"{min(pr):.3f}..{max(pr):.3f}", "x", "", ""),
         ]  # fmt: skip
         if "cpu_new_over_baseline" in r:
             what = f"{api} / before, CPU time (user+sys of all ranks), medians"

@@ -1,6 +1,5 @@
-"""The rows of README.md's Performance table (``| what | value | target |``) from a bench
-report, with the paragraph that names the machine. Rows of sections that did not run are
-left out."""
+"""The rows of docs/performance.md (``| what | value | target |``), one function per bench
+section, from that section's results in a bench report (``performance.py`` writes the doc)."""
 
 from sections.host_reads import VARIANTS, one_time
 
@@ -13,19 +12,6 @@ def _ms(s):
 
 def _s(s):
     return f"{s:.3f} s" if s < 0.1 else (f"{s:.2f} s" if s < 10 else f"{s:.1f} s")
-
-
-def machine(info, loads):
-    during = [v for r in loads.values() for v in (r.get("load1_before"), r.get("load1_after"))]
-    during = [v for v in during if v is not None]
-    spread = f" ({min(during):.1f}–{max(during):.1f} around the sections)" if during else ""
-    return (
-        f"Measured with `make bench` on {info['usable_cpus']} vCPU {info['cpu_model']}, "
-        f"Python {info['python']}, torch {info['torch']}, mmengine {info['mmengine']}, "
-        f"mmseg {info['mmsegmentation']}, {info['date'][:10]}, load average "
-        f"{info['load1_at_start'] or 0:.1f} at the start{spread}; commit "
-        f"{(info['git_commit'] or '?')[:7]}."
-    )
 
 
 def overhead(o):
@@ -108,8 +94,8 @@ def rehearsal(result):
         if "baseline_median_s" in r:
             pr = r["pair_ratios"]
             what = (
-                f"{api} rehearsal vs the code before the torch_gcu 1.x rebuild "
-                f"(`{r['baseline_commit'][:7]}`, API `{r['baseline_api']}`; {len(pr)} "
+                f"{api} rehearsal vs the baseline commit `{r['baseline_commit'][:7]}` "
+                f"(its simulated API `{r['baseline_api']}`; {len(pr)} "
                 "interleaved pairs, median)"
             )
             value = (
@@ -201,9 +187,62 @@ def sync_bn(result):
     return out
 
 
-def lines(info, results, loads):
-    out = [machine(info, loads), "", ROW.format("what", "value", "target"), "|---|---|---|"]
-    for name in ("overhead", "startup", "rehearsal", "simcost", "host_reads", "sync_bn"):
-        if results.get(name):
-            out += globals()[name](results[name])
-    return out
+def graphs(result):
+    """Section 7: the simulated T20 card's lazy graph kept against ``MMGCU_SIM_XLA=off``."""
+    runs, pr = result["runs"], result["pair_ratios"]
+    pairs = [runs[i : i + 2] for i in range(0, len(runs), 2)]
+    walls = ", ".join(
+        " / ".join(f"{r['wall_s']:.1f}" for p in ("t20", "off") for r in pair if r["profile"] == p)
+        for pair in pairs
+    )
+    what = (
+        "the simulated card's lazy graph (hash per op, cuts, compile cache) kept vs off "
+        "(`MMGCU_SIM_XLA=off`): 8-rank T20 run of the tiny config "
+        f"({len(pr)} interleaved pairs, median)"
+    )
+    value = f"kept / off {walls} s: ratio **{result['ratio']:.2f}** ({_range(pr)})"
+    if not result["all_exit_0"]:
+        value += ", **exit ≠ 0**"
+    return [ROW.format(what, value, "≤ 1.10")]
+
+
+def _range(ratios):
+    return f"pairs {min(ratios):.2f}–{max(ratios):.2f}"
+
+
+def padding(result):
+    """Section 8: validation metrics at each image's size against padded to shape buckets."""
+    metrics = ("mIoU", "aAcc", "mAcc")
+    sides = [side for size in result["sizes"] for side in size]
+    what = (
+        "`make demo`'s model (8 simulated T20 cards, 40 iterations), validated on "
+        f"{result['images']} images of {len(result['sizes'])} sizes ({min(sides)} to "
+        f"{max(sides)} px a side): each image at its own size / padded to mmgcu's shape buckets"
+    )
+    own, padded = result["own_size"], result["padded"]
+    value = ", ".join(f"{m} {own[m]:.2f} / {padded[m]:.2f}" for m in metrics)
+    control = result["control"]["difference"]
+    what_control = (
+        f"the same on {4 * len(result['buckets'])} images whose sizes are buckets already "
+        "(the control): padded minus own size"
+    )
+    value_control = ", ".join(f"{m} {control[m]:+.2f}" for m in metrics)
+    return [ROW.format(what, value, "info"), ROW.format(what_control, value_control, "0")]
+
+
+#: The row functions, by section name.
+SECTIONS = dict(
+    overhead=overhead,
+    startup=startup,
+    rehearsal=rehearsal,
+    simcost=simcost,
+    host_reads=host_reads,
+    sync_bn=sync_bn,
+    graphs=graphs,
+    padding=padding,
+)
+
+
+def section(name, result):
+    """The rows of section ``name`` from its ``result``."""
+    return SECTIONS[name](result)
