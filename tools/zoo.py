@@ -215,6 +215,21 @@ def graph_row(graph) -> dict:
     )
 
 
+def run_stamp() -> str:
+    """When and from which commit a generated table's figures come: the date (UTC) and the
+    checkout's commit, marked where tracked files differ from it."""
+    import subprocess
+
+    def git(*args):
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " with uncommitted changes"
+    return f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, commit {commit}"
+
+
 def run(args) -> int:
     out = osp.abspath(args.out)
     os.makedirs(osp.dirname(out), exist_ok=True)
@@ -227,6 +242,7 @@ def run(args) -> int:
     import torch
 
     results = dict(leg=args.leg, label=LEGS[args.leg][1], torch=torch.__version__, rows=[])
+    results["run"] = run_stamp()
     results["repo"] = REPO  # table() writes the checkout's paths relative to it
     if args.only and osp.isfile(out):  # rerun some families: keep the others' rows
         with open(out) as f:
@@ -309,6 +325,10 @@ def table(args) -> int:
         "the two torch builds differ on the CPU alone: HRNet's rehearsal config trained on",
         "the plain CPU (one process, no simulator; 2026-11-26) gave losses 1.857054 / 2.546101",
         "/ 2.196454 on torch 2.13 and 1.857054 / 2.546244 / 2.202481 on torch 1.10.",
+        "",
+        "Runs: "
+        + "; ".join(f"{leg['leg']} {leg.get('run', 'not recorded')}" for leg in legs)
+        + ".",
         "",
         "| family | config | "
         + " | ".join(leg["label"] for leg in legs)

@@ -159,7 +159,10 @@ def _cell(result: dict) -> str:
 
 
 def table(args) -> int:
-    families = args.families or list(FAMILIES)
+    sys.path.insert(0, osp.join(REPO, "tools"))
+    from zoo import run_stamp
+
+    stamp, families = run_stamp(), args.families or list(FAMILIES)
     results = {}
     for family in families:
         for whole in (False, True):
@@ -181,6 +184,7 @@ def table(args) -> int:
         "",
         "Each cell: graph runs of each iteration; graphs compiled after the 2 of warm-up;",
         "validation's compiles / graph runs; the ops that fell back to the CPU after warm-up.",
+        f"Run started {stamp}.",
         "",
         "| family | gcu_whole_graph | " + " | ".join(CARDS) + " |",
         "|---|---|" + "---|" * len(CARDS),
