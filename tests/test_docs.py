@@ -48,3 +48,11 @@ def test_no_machine_path(path):
         assert match is None, (
             f"{match.group(0)!r} at line {text.count(chr(10), 0, match.start()) + 1}"
         )
+
+
+@pytest.mark.parametrize("name", ["README.md", "README_zh-CN.md"])
+def test_the_readme_is_the_users_path_in_under_250_lines(name):
+    """Test internals and measurements live in docs/ (development.md, performance.md)."""
+    with open(os.path.join(REPO, name), encoding="utf-8") as f:
+        lines = f.read().count("\n")
+    assert lines < 250, f"{name}: {lines} lines; move developer content to docs/"
