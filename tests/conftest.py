@@ -108,17 +108,17 @@ def run_program(path, *args, timeout=300, check=True, **env):
 
 def free_port() -> int:
     """A TCP port free on this host now (for MASTER_PORT), as mmgcu's launcher picks one."""
-    from mmgcu.device.ports import free_port as mmgcus
+    from mmgcu.launch.ports import free_port as mmgcus
 
     return mmgcus()
 
 
 def one_node() -> list:
     """torchrun's flags for a one-node job with a rendezvous of its own, as ``mmgcu train``
-    gives one (:func:`mmgcu.cli.launch.torchrun_flags`): torch 1.10's ``--standalone`` is
+    gives one (:func:`mmgcu.launch.torchrun.torchrun_flags`): torch 1.10's ``--standalone`` is
     always localhost:29400, where jobs that run side by side (pytest-xdist's workers) would
     meet."""
-    from mmgcu.cli.launch import torchrun_flags
+    from mmgcu.launch.torchrun import torchrun_flags
 
     return torchrun_flags({}, torch.__version__)
 

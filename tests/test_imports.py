@@ -1,5 +1,6 @@
 """The import rules of docs/architecture.md, checked against the code: which room may
-import which, torch_gcu in the device layer only, no mmengine in the vendor layers."""
+import which, no two rooms that import each other (directly or through others), torch_gcu
+in the device layer only, no mmengine in the vendor layers."""
 
 import ast
 import os
@@ -93,6 +94,62 @@ def test_each_room_imports_only_what_the_doc_allows():
                 continue
             wrong.append(f"{os.path.relpath(path, REPO)}:{line}: {room} imports {target}")
     assert not wrong, "imports docs/architecture.md does not allow:\n" + "\n".join(wrong)
+
+
+def imported_rooms() -> dict:
+    """{room: the other rooms its modules import}, from the code."""
+    found = {}
+    for module, path in modules():
+        room = room_of(module)
+        for _, target in imports(module, path):
+            other = room_of(target)
+            if room is not None and other in rules() and other != room:
+                found.setdefault(room, set()).add(other)
+    return found
+
+
+def cycle(graph: dict):
+    """A list of rooms that import each other in a ring (the first one again at its
+    end), or None where every import goes one way."""
+    done, path = set(), []
+
+    def visit(room):
+        if room in path:
+            return path[path.index(room) :] + [room]
+        if room in done:
+            return None
+        path.append(room)
+        for other in sorted(graph.get(room, ())):
+            found = visit(other)
+            if found:
+                return found
+        path.pop()
+        done.add(room)
+        return None
+
+    return next((found for room in sorted(graph) for found in [visit(room)] if found), None)
+
+
+def allowed_rooms() -> dict:
+    """{room: the other rooms it may import}, from the doc (``device.cards`` is ``device``)."""
+    return {r: {a.split(".")[0] for a in allowed} - {r} for r, allowed in rules().items()}
+
+
+@pytest.mark.parametrize(
+    "where, graph", [("docs/architecture.md", allowed_rooms), ("the code", imported_rooms)]
+)
+def test_rooms_import_one_way(where, graph):
+    ring = cycle(graph())
+    assert ring is None, f"rooms that import each other in {where}: {' -> '.join(ring)}"
+
+
+def test_the_check_sees_a_cycle():
+    assert cycle({"cli": {"rehearsal"}, "rehearsal": {"launch", "cli"}}) == [
+        "cli",
+        "rehearsal",
+        "cli",
+    ]
+    assert cycle({"cli": {"rehearsal", "launch"}, "rehearsal": {"launch"}}) is None
 
 
 @pytest.mark.parametrize(

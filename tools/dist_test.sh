@@ -7,7 +7,7 @@
 #   tools/dist_test.sh CONFIG CHECKPOINT [CARDS] [test.py args...]
 #
 # CARDS (the 3rd argument, only when it is an integer) defaults to every card of the node,
-# counted by mmgcu/device/cards.py (TOPS_VISIBLE_DEVICES, MMGCU_SIMULATE, efsmi).
+# counted by mmgcu/launch/cards.py (TOPS_VISIBLE_DEVICES, MMGCU_SIMULATE, efsmi).
 # Environment:
 #   PYTHON        interpreter to run (default: python, else python3)
 #   TEST_SCRIPT   test script (default: python -m mmgcu.cli.test_entry)

@@ -5,7 +5,7 @@
 #   tools/dist_train.sh CONFIG [CARDS] [train.py args...]
 #
 # CARDS (the 2nd argument, only when it is an integer) defaults to every card of the node,
-# counted by mmgcu/device/cards.py (TOPS_VISIBLE_DEVICES, MMGCU_SIMULATE, efsmi).
+# counted by mmgcu/launch/cards.py (TOPS_VISIBLE_DEVICES, MMGCU_SIMULATE, efsmi).
 # Environment:
 #   PYTHON        interpreter to run (default: python, else python3)
 #   TRAIN_SCRIPT  training script (default: tools/train.py shipped in the mmseg package)

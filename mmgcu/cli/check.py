@@ -20,8 +20,8 @@ import time
 from typing import List, Optional
 
 from .. import sim
+from ..launch import torchrun as launcher
 from . import check_worker as worker
-from . import launch as launcher
 
 PREFIX = "mmgcu check: "
 _EXCEPTION = re.compile(r"^[\w.]*(?:Error|Exception|Interrupt): .*$", re.M)
@@ -126,9 +126,9 @@ def run(args) -> int:
 
 def command(args, nproc: int, out: str, torch: Optional[str]) -> List[str]:
     """torchrun's command line for ``nproc`` workers writing to ``out``, for the torch
-    version ``torch``. A rendezvous of the check's own (:func:`launch.torchrun_flags`): torch
-    1.x's ``--standalone`` is always localhost:29400, where a second check or a job on the
-    node would meet this one."""
+    version ``torch``. A rendezvous of the check's own
+    (:func:`mmgcu.launch.torchrun.torchrun_flags`): torch 1.x's ``--standalone`` is always
+    localhost:29400, where a second check or a job on the node would meet this one."""
     cmd = [sys.executable, "-m", "torch.distributed.run", *launcher.torchrun_flags({}, torch)]
     cmd += [f"--nproc_per_node={nproc}", "-m", worker.__name__, "--out", out]
     cmd += ["--steps", str(args.steps), "--device", args.device, "--timeout", str(args.timeout)]

@@ -99,7 +99,7 @@ def _torch_gcu(accelerator) -> str:
 
 def _cards(accelerator) -> Dict[str, Any]:
     """Card count and names: from the device layer, else from the ``efsmi`` table."""
-    from ..device.cards import count_cards, efsmi_cards
+    from ..launch.cards import count_cards, efsmi_cards
 
     info = OrderedDict()  # type: Dict[str, Any]
     if accelerator.is_gcu:
@@ -201,7 +201,7 @@ def _openmmlab() -> Dict[str, str]:
 
 def _visible_vars() -> Dict[str, str]:
     """Each visible-devices variable as set ('set but empty' hides every card)."""
-    from ..device.cards import VISIBLE_VARS
+    from ..launch.cards import VISIBLE_VARS
 
     shown = {}
     for name in (*VISIBLE_VARS, "CUDA_VISIBLE_DEVICES"):

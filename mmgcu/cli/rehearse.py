@@ -3,12 +3,17 @@
     mmgcu rehearse CONFIG [--cards 8] [--hardware t20|s60] [--iters 3 (small), 1 (real)]
                    [--scale small|real] [--card-memory 32] [--cfg-options k=v ...]
 
-See :func:`mmgcu.rehearsal.rehearse`; exit status 0 when every phase passed.
+See :func:`mmgcu.rehearsal.run_rehearsal`; exit status 0 when every phase passed.
 """
 
 import sys
 
-from ..rehearsal.plan import DEFAULT_ITERS, SMALL_SIDE, T20_MEMORY_GIB  # standard library only
+from ..rehearsal.plan import (  # standard library only
+    DEFAULT_HARDWARE,
+    DEFAULT_ITERS,
+    SMALL_SIDE,
+    T20_MEMORY_GIB,
+)
 
 
 def add_parser(sub) -> None:
@@ -31,7 +36,7 @@ def add_parser(sub) -> None:
     parser.add_argument(
         "--hardware",
         choices=("t20", "s60"),
-        default="t20",
+        default=DEFAULT_HARDWARE,
         help="t20: torch_gcu 1.x (the default); s60: torch_gcu 2.x",
     )
     parser.add_argument(
@@ -67,8 +72,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from mmengine.config import DictAction
 
-    from ..rehearsal import format_report, rehearse
-    from .launch import LaunchError
+    from ..rehearsal import RehearsalError, format_report, run_rehearsal
 
     options = {}
     if args.cfg_options:
@@ -78,7 +82,7 @@ def run(args) -> int:
         DictAction(option_strings=[], dest="options")(None, namespace, args.cfg_options)
         options = namespace.options
     try:
-        result = rehearse(
+        report = run_rehearsal(
             args.config,
             cards=args.cards,
             hardware=args.hardware,
@@ -89,8 +93,8 @@ def run(args) -> int:
             work_dir=args.work_dir,
             echo=lambda line: print(f"mmgcu rehearse: {line}", file=sys.stderr, flush=True),
         )
-    except (ValueError, KeyError, LaunchError) as e:
+    except (RehearsalError, ValueError, KeyError) as e:  # or a config it cannot derive
         print(f"mmgcu rehearse: error: {e}", file=sys.stderr)
         return 1
-    print(format_report(result))
-    return 0 if result["passed"] else 1
+    print(format_report(report))
+    return 0 if report.passed else 1

@@ -60,9 +60,9 @@ from typing import List, Optional
 import torch
 
 from ..errors import GCUError
+from ..launch.ports import free_port
 from . import gcu1_dist
 from .base import Accelerator, CardGroup, simulated
-from .ports import free_port
 
 #: ``env_cfg.gcu_jit_mode`` values; None picks ASYNC for several ranks, SAFEASYNC for one,
 #: as Enflame's own training scripts do.

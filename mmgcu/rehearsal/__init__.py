@@ -3,11 +3,14 @@
 :func:`rehearse` runs the config as a real job does (stock ``tools/train.py`` under
 torchrun, the config's runner) on simulated cards, with offline synthetic data and local
 weights only (:mod:`.plan`, :mod:`.data`), through build, placement, wrap, training,
-validation, checkpoint and resume; :class:`~.hook.RehearsalHook` records each rank, and
-:mod:`.report` turns that into one report (``mmgcu rehearse`` prints it).
+validation, checkpoint and resume (:mod:`.jobs`); :class:`~.hook.RehearsalHook` records
+each rank, and :mod:`.report` turns that into one :class:`~.report.Report`
+(:func:`format_report` prints it, as ``mmgcu rehearse`` does).
 """
 
-from .report import format_report
-from .run import rehearse
+from .errors import RehearsalError
+from .report import Report
+from .run import rehearse, run_rehearsal
+from .text import format_report
 
-__all__ = ["format_report", "rehearse"]
+__all__ = ["RehearsalError", "Report", "format_report", "rehearse", "run_rehearsal"]

@@ -24,9 +24,12 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .plan import inner_dataset
+from .plan import REAL_VAL_IMAGES, inner_dataset
 
 IGNORE_INDEX = 255
+#: Validation images per card at the small scale: enough shapes to see what each new one
+#: costs a lazy card (at real scale: :data:`~.plan.REAL_VAL_IMAGES`).
+VAL_IMAGES_PER_CARD = 8
 
 
 def dataset_facts(dataset_cfg: dict) -> Dict[str, object]:
@@ -208,3 +211,31 @@ def head_of(model: dict) -> dict:
     if isinstance(head, (list, tuple)):
         head = head[-1]
     return head or {}
+
+
+def write_rehearsal_data(
+    cfg, derived: dict, changes: dict, root: str, ranks: int, scale: str
+) -> str:
+    """The synthetic train and val sets of a rehearsal of ``cfg`` on ``ranks`` cards at
+    ``scale`` (``derived`` and ``changes``: :func:`~.plan.derive`'s), under ``root``; the
+    note that says what they are."""
+    loader = derived["train_dataloader"]
+    side = changes["image_side"]
+    count = ranks * int(loader.get("batch_size", 1))
+    written = write_dataset(
+        root, loader["dataset"], "train", [(side, side)] * count, derived["model"]
+    )
+    val = "no val"
+    if changes["has_val"]:
+        per_rank = VAL_IMAGES_PER_CARD if scale == "small" else REAL_VAL_IMAGES
+        sizes, where = val_sizes(
+            cfg.val_dataloader.dataset, ranks * per_rank, side, changes["factor"]
+        )
+        dataset = derived["val_dataloader"]["dataset"]
+        write_dataset(root, dataset, "val", sizes, derived["model"], seed=1)
+        val = f"{len(sizes)} val images of {len(set(sizes))} sizes ({where})"
+    return (
+        f"data: synthetic {written['type']} ({written['labels']} labels, ignore index "
+        f"{written['ignore_index']}, {written['count']} train images of {side} px, {val}) "
+        "through the config's own pipelines; data loaders with num_workers=0"
+    )

@@ -22,6 +22,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from .. import sim
+from ..binding import CardBound
 from ..model.whole_graph import changes
 from ..runtime.files import write_text_atomically
 
@@ -75,13 +76,12 @@ def _is_number(value) -> bool:
 
 
 class Mark:
-    """The counters at one moment: card reads, the lazy graph's counters, the index of its
-    next event, the clock."""
+    """The counters at one moment: card reads, the lazy graph's counters (on a ``lazy``
+    card), the index of its next event, the clock."""
 
-    def __init__(self):
-        lazy = sim.is_installed() and sim.state.api == "gcu1"
+    def __init__(self, lazy: bool):
         self.reads = sim.state.host_reads() if sim.is_installed() else 0
-        self.graph = sim.graph.counters() if lazy else {}
+        self.graph = sim.graph.counters() if lazy and sim.is_installed() else {}
         self.clock = time.perf_counter()
 
     def since(self, before: "Mark") -> Dict[str, object]:
@@ -120,18 +120,21 @@ def _cuts(events: List[dict]) -> List[Dict[str, object]]:
 
 
 @HOOKS.register_module()
-class RehearsalHook(Hook):
+class RehearsalHook(CardBound, Hook):
     """Records phases, per-iteration card reads and graph runs, seconds, losses and the
-    card's peak memory of one rank of a rehearsal."""
+    card's peak memory of one rank of a rehearsal, and what its card is (the device type
+    and laziness of the accelerator ``GCURunner`` binds to it)."""
 
     # After the logger (its read belongs to the iteration), before the checkpoint hook (a
     # save copies every weight to the host once: not a per-iteration cost).
     priority = "LOW"
+    off_card = "records no card"
 
     def __init__(self):
         self.report: Dict[str, object] = dict(phases=[], iterations=[])
         self._mark: Optional[Mark] = None
         self._val_images = 0
+        self._lazy = False
 
     # ------------------------------------------------------------------ recording
     def _phase(self, runner, name: str, **facts) -> None:
@@ -150,11 +153,15 @@ class RehearsalHook(Hook):
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         devices = sorted({str(p.device) for p in model.parameters()})
         card = sim.state.current_card() if sim.is_installed() else None
+        accelerator = self.card_accelerator()
+        self._lazy = accelerator is not None and accelerator.lazy
         self.report.update(
             rank=runner.rank,
             world_size=runner.world_size,
             card=card,
             api=sim.state.api,
+            device_type=accelerator.device_type if accelerator is not None else None,
+            lazy=self._lazy,
             stage="resume" if runner.cfg.get("resume") else "train",
             param_devices=devices,
             wrapper=type(runner.model).__name__,
@@ -174,7 +181,7 @@ class RehearsalHook(Hook):
         self.report["amp"] = str(dtype).replace("torch.", "") if dtype is not None else None
         self.report["optim_wrapper"] = type(wrapper).__name__
         self.report["start_iter"] = runner.iter
-        self._mark = Mark()
+        self._mark = Mark(self._lazy)
         self._write(runner)
 
     def _peak(self) -> None:
@@ -184,7 +191,7 @@ class RehearsalHook(Hook):
             self.report["peak_bytes"] = int(sim.state.ext.max_memory_allocated(card))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-        now = Mark()
+        now = Mark(self._lazy)
         entry = dict(iter=runner.iter + 1, **now.since(self._mark))
         self._mark = now
         # The log read this iteration's values (a log line every iteration): the hub's.
@@ -204,7 +211,7 @@ class RehearsalHook(Hook):
     def before_val_epoch(self, runner) -> None:
         self._val_images = 0
         self._val_shapes: List[List[int]] = []
-        self._val_mark = Mark()
+        self._val_mark = Mark(self._lazy)
 
     def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         self._val_images += len(outputs or ())
@@ -214,7 +221,7 @@ class RehearsalHook(Hook):
 
     def after_val_epoch(self, runner, metrics=None) -> None:
         metrics = {k: float(v) for k, v in (metrics or {}).items() if _is_number(v)}
-        graph = Mark().since(self._val_mark)
+        graph = Mark(self._lazy).since(self._val_mark)
         self._phase(
             runner,
             "val",

@@ -15,6 +15,10 @@ import re
 from typing import Dict, List, Optional
 
 from ..sim.heap import users_settings
+from .memory import MemoryFigure
+from .phases import FAILED, NOT_RUN, PASSED
+from .plan import DEFAULT_HARDWARE
+from .report import Report
 
 #: At real scale, host blocks of this size or more are mapped on their own (glibc's
 #: ``MALLOC_MMAP_THRESHOLD_``) and given back when freed.
@@ -23,7 +27,7 @@ GIB = 1 << 30
 #: Host memory a rank takes beyond its card's (its libraries, Python): about what a
 #: rank of a ViT-L rehearsal held over its card's bytes (0.9 GiB, measured).
 LIBRARIES = 1 << 30
-#: What :func:`mmgcu.rehearsal.report.first_error` says of a rank killed with no traceback.
+#: What :func:`mmgcu.rehearsal.logs.first_error` says of a rank killed with no traceback.
 _KILLED = re.compile(r"SIGKILL|exitcode\s*:\s*-9\b")
 
 
@@ -36,11 +40,10 @@ def heap_env(scale: str, env: Optional[Dict[str, str]] = None) -> Dict[str, str]
     return {"MALLOC_MMAP_THRESHOLD_": str(OWN_MAPPING)}
 
 
-def host_killed(report: dict) -> bool:
+def host_killed(report: Report) -> bool:
     """Whether the rehearsal stopped on a rank that was killed (SIGKILL, no traceback):
     the host's out-of-memory killer, on a host whose memory the simulated cards share."""
-    error = report.get("error") or {}
-    return bool(_KILLED.search(error.get("message") or ""))
+    return report.error is not None and bool(_KILLED.search(report.error.message or ""))
 
 
 def available_bytes() -> Optional[int]:
@@ -66,70 +69,71 @@ def rank_bytes(facts: Optional[dict]) -> Optional[int]:
     return facts["weights_bytes"] + grads + (2 * grads if state is None else state) + LIBRARIES
 
 
-def finish_ranks(report: dict, facts: Optional[dict]) -> int:
+def finish_ranks(report: Report, facts: Optional[dict]) -> int:
     """The ranks of a small-scale rehearsal this host holds: the world (or half the ranks
     that were killed) at most, as many as :func:`rank_bytes` fit in what the host had
     available when the rehearsal started, one at least."""
-    world = int(report.get("world") or report.get("cards") or 1)
-    most = world if report.get("scale") == "real" else max(1, int(report["cards"]) // 2)
-    each, available = rank_bytes(facts), report.get("host_available")
+    world = int(report.world or report.cards or 1)
+    most = world if report.scale == "real" else max(1, int(report.cards) // 2)
+    each, available = rank_bytes(facts), report.host_available
     if each and available:
         most = min(most, available // each)
     return max(1, int(most))
 
 
-def finish_command(report: dict, facts: Optional[dict]) -> str:
+def finish_command(report: Report, facts: Optional[dict]) -> str:
     """The command that proves on this host the phases the killed rank did not: the small
-    scale (the paths, on as many ranks as this host holds)."""
-    hardware = "" if report.get("hardware", "T20") == "T20" else " --hardware s60"
-    return f"mmgcu rehearse {report['config']} --cards {finish_ranks(report, facts)}{hardware}"
+    scale (the paths, on as many ranks as this host holds), on the report's hardware where
+    it is not the default one."""
+    hardware = report.hardware.lower()
+    option = "" if hardware == DEFAULT_HARDWARE else f" --hardware {hardware}"
+    return f"mmgcu rehearse {report.config} --cards {finish_ranks(report, facts)}{option}"
 
 
-def _figure_line(report: dict, memory: Optional[dict]) -> str:
+def _figure_line(report: Report, memory: Optional[MemoryFigure]) -> str:
     """What the killed rehearsal says of the per-card figure."""
-    if memory:
-        verdict = "fits" if memory["fits"] else "DOES NOT FIT"
+    if memory is not None:
+        verdict = "fits" if memory.fits else "DOES NOT FIT"
         return (
-            f"  proven: per card for {memory['world']} rank(s), "
-            f"{memory['total_bytes'] / GIB:.2f} GiB of "
-            f"{memory['card_memory_bytes'] / GIB:.2f} GiB: {verdict}"
+            f"  proven: per card for {memory.world} rank(s), "
+            f"{memory.total_bytes / GIB:.2f} GiB of "
+            f"{memory.card_memory_bytes / GIB:.2f} GiB: {verdict}"
         )
-    if report.get("scale") == "real":
+    if report.scale == "real":
         return (
             "  not proven: the per-card figure: the rank was killed before its first "
             "iteration ended, so this host holds less than one card's step; measure it on a "
-            f"host with more free memory (mmgcu rehearse {report['config']} --scale real)"
+            f"host with more free memory (mmgcu rehearse {report.config} --scale real)"
         )
     return "  not proven: the per-card figure (--scale real measures it, on one rank)"
 
 
-def verdict_lines(report: dict) -> Optional[List[str]]:
+def verdict_lines(report: Report) -> Optional[List[str]]:
     """The verdict of a rehearsal whose rank the host killed (what was proven: the phases
     passed, the per-card figure; what was not; the command that finishes the proof on this
     host), or of one whose card does not hold the job; None for any other."""
-    memory = report.get("memory")
+    memory = report.memory
     if host_killed(report):
         return _killed_lines(report, memory)
-    if memory and not memory["fits"]:
+    if memory is not None and not memory.fits:
         return [
-            f"  verdict: DOES NOT FIT A {report.get('hardware', 'T20')} CARD: "
-            f"{memory['total_bytes'] / GIB:.2f} GiB per card for {memory['world']} rank(s) "
-            f"against {memory['card_memory_bytes'] / GIB:.2f} GiB (the figure above): make "
+            f"  verdict: DOES NOT FIT A {report.hardware} CARD: "
+            f"{memory.total_bytes / GIB:.2f} GiB per card for {memory.world} rank(s) "
+            f"against {memory.card_memory_bytes / GIB:.2f} GiB (the figure above): make "
             "the step smaller (images per card, crop, AMP) before the T20 sees this config"
         ]
     return None
 
 
-def _killed_lines(report: dict, memory: Optional[dict]) -> List[str]:
-    phases = report.get("phases") or []
-    proven = [p["name"] for p in phases if p["status"] == "passed"]
-    missing = [p["name"] for p in phases if p["status"] in ("failed", "not run")]
+def _killed_lines(report: Report, memory: Optional[MemoryFigure]) -> List[str]:
+    proven = [p.name for p in report.phases if p.status == PASSED]
+    missing = [p.name for p in report.phases if p.status in (FAILED, NOT_RUN)]
     return [
         f"  verdict: NOT PROVEN ON THIS HOST: a rank was killed for this host's memory in "
         f"{missing[0] if missing else 'the end'} (simulated cards are host memory); this "
-        f"says nothing of the {report.get('hardware', 'T20')}'s card",
+        f"says nothing of the {report.hardware}'s card",
         f"  proven: {', '.join(proven) or 'nothing'}",
         _figure_line(report, memory),
         f"  not proven: {', '.join(missing) or '-'}",
-        f"  finish on this host: {report.get('finish') or finish_command(report, None)}",
+        f"  finish on this host: {report.finish or finish_command(report, None)}",
     ]

@@ -43,6 +43,7 @@ worked out from the model and the world size, each addition named with how it is
 import json
 import os
 import os.path as osp
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import torch
@@ -51,6 +52,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from .. import sim
+from ..binding import CardBound
 from ..runtime.files import write_text_atomically
 
 GIB = 1 << 30
@@ -139,14 +141,16 @@ def _is_sync_bn(module: torch.nn.Module) -> bool:
 
 # ---------------------------------------------------------------------------- the hook
 @HOOKS.register_module()
-class RehearsalMemoryHook(Hook):
+class RehearsalMemoryHook(CardBound, Hook):
     """Records, on one rank of a rehearsal, what :func:`per_card` needs: the model's
-    weights and gradients, DDP's bucket cap, the largest SyncBN input of the first
+    weights and gradients, DDP's bucket cap and whether the DDP is the vendor's own (the
+    accelerator ``GCURunner`` binds to it says), the largest SyncBN input of the first
     iteration, the card's peak after the first and the last iteration, and the optimizer
     state and gradients held after the first step. Reads no card value (sizes, and the
     simulator's counters, which are host numbers)."""
 
     priority = "LOW"
+    off_card = "records no DDP of a GCU card"
 
     def __init__(self):
         self.facts: Dict[str, object] = dict(iterations=0)
@@ -181,6 +185,7 @@ class RehearsalMemoryHook(Hook):
             gradients=gradient_bytes(model),
             bucket_cap=cap,
             buckets=bucket_count(grads[::-1], cap) if cap else None,
+            vendor_ddp=self._vendor_ddp(),
             sync_bn=dict(layers=0, largest=None),
         )
         for name, module in model.named_modules():
@@ -188,6 +193,13 @@ class RehearsalMemoryHook(Hook):
                 self.facts["sync_bn"]["layers"] += 1
                 self._handles.append(module.register_forward_pre_hook(self._sync_bn_input(name)))
         self._write(runner)
+
+    def _vendor_ddp(self) -> bool:
+        """Whether the job's DDP is the vendor's own class, not torch's (torch_gcu 1.x's,
+        whose buckets the simulated one does not hold)."""
+        accelerator = self.card_accelerator()
+        ddp = torch.nn.parallel.DistributedDataParallel
+        return accelerator is not None and accelerator.vendor_ddp() is not ddp
 
     def _sync_bn_input(self, name: str):
         def record(module, inputs):
@@ -252,9 +264,10 @@ def steady_step(facts: dict) -> Optional[dict]:
 
 
 def ddp_additions(facts: dict) -> List[dict]:
-    """What torch_gcu 1.x's DDP holds on a card that the simulator's does not: its buckets
-    in every step, and once, when it is built, its broadcast buffers."""
-    if facts.get("api") != "gcu1" or not facts.get("bucket_cap"):
+    """What the vendor's DDP (torch_gcu 1.x's) holds on a card that the simulator's does
+    not: its buckets in every step, and once, when it is built, its broadcast buffers.
+    Nothing for torch's own DDP, whose buckets the simulated card holds and measures."""
+    if not facts.get("vendor_ddp") or not facts.get("bucket_cap"):
         return []
     grads = sum((facts.get("gradients") or {}).values())
     cap, weights = facts["bucket_cap"], facts.get("weights_bytes", 0)
@@ -295,7 +308,28 @@ def sync_bn_addition(facts: dict, world: int) -> Optional[dict]:
     )
 
 
-def per_card(train: dict, measured_peak: int, world: int, card_memory: int) -> Optional[dict]:
+@dataclass
+class MemoryFigure:
+    """The memory of one card of a ``world``-rank job (:func:`per_card`): rank ``card``'s
+    ``batch_size`` images, its measured peak, the steady step (:func:`steady_step`), each
+    addition (``{name, when: 'step' or 'once', bytes, how}``), the step's bytes and the
+    total, against the card's memory."""
+
+    world: int
+    card: Optional[int]
+    batch_size: Optional[int]
+    measured_peak: int
+    steady: dict
+    additions: List[dict]
+    step_bytes: int
+    total_bytes: int
+    card_memory_bytes: int
+    fits: bool
+
+
+def per_card(
+    train: dict, measured_peak: int, world: int, card_memory: int
+) -> Optional[MemoryFigure]:
     """The memory of one card of a ``world``-rank job: the larger of the measured peak
     (``measured_peak``, every phase of every job) and the steady step (:func:`steady_step`
     of the ``train`` job's facts), plus each addition (:func:`ddp_additions`,
@@ -308,7 +342,7 @@ def per_card(train: dict, measured_peak: int, world: int, card_memory: int) -> O
     additions = ddp_additions(train) + ([sync_bn] if sync_bn else [])
     step = base + sum(a["bytes"] for a in additions if a["when"] == "step")
     total = max([step] + [a["bytes"] for a in additions if a["when"] == "once"])
-    return dict(
+    return MemoryFigure(
         world=world,
         card=train.get("card"),
         batch_size=train.get("batch_size"),
@@ -326,15 +360,15 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
-def format_lines(memory: Optional[dict]) -> List[str]:
+def format_lines(memory: Optional[MemoryFigure]) -> List[str]:
     """The per-card figure as the report prints it."""
-    if not memory:
+    if memory is None:
         return []
-    steady = memory["steady"]
+    steady = memory.steady
     out = [
-        f"  memory per card for {memory['world']} rank(s), {memory['batch_size']} image(s) "
-        f"each (one rank measured on card {memory['card']}; what the others add, worked out):",
-        f"    measured peak, every phase: {_gib(memory['measured_peak'])}",
+        f"  memory per card for {memory.world} rank(s), {memory.batch_size} image(s) "
+        f"each (one rank measured on card {memory.card}; what the others add, worked out):",
+        f"    measured peak, every phase: {_gib(memory.measured_peak)}",
     ]
     if steady["measured"]:
         out.append(f"    steady step, measured through iteration {steady['through']}")
@@ -345,15 +379,14 @@ def format_lines(memory: Optional[dict]) -> List[str]:
             f"gradients {_gib(steady['gradients'])} (measured after the first step; each "
             "later step holds both through forward and backward: an upper bound)"
         )
-    for a in memory["additions"]:
+    for a in memory.additions:
         if a["when"] == "step":
             out.append(f"    + {a['name']}: {_gib(a['bytes'])} ({a['how']})")
         else:  # counted where it is more than the step's figure
             out.append(f"    {a['name']}, once: {_gib(a['bytes'])} in all ({a['how']})")
     out.append("    not included: ECCL's own buffers (not public)")
-    verdict = "fits" if memory["fits"] else "DOES NOT FIT"
+    verdict = "fits" if memory.fits else "DOES NOT FIT"
     out.append(
-        f"    = {_gib(memory['total_bytes'])} per card of {_gib(memory['card_memory_bytes'])}: "
-        f"{verdict}"
+        f"    = {_gib(memory.total_bytes)} per card of {_gib(memory.card_memory_bytes)}: {verdict}"
     )
     return out

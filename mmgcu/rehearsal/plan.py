@@ -47,6 +47,8 @@ LEAST_SIDE = {
     "LRASPPHead": (49 * 8, "LRASPP's 49 x 49 pooling window on stride-8 features"),
 }
 DEFAULT_CROP = (512, 512)
+#: The simulated hardware unless told (``mmgcu rehearse --hardware``).
+DEFAULT_HARDWARE = "t20"
 #: A T20 card's memory, what the peaks are compared with by default.
 T20_MEMORY_GIB = 32
 HOOK = "mmgcu.rehearsal.hook"
@@ -278,19 +280,9 @@ def synthetic_dataset(dataset: dict, data_root: str, split: str) -> dict:
     return dataset
 
 
-def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """The rehearsal's config as a dict (``Config(...)`` of it runs), and what was changed:
-    ``{'crop': (h, w), 'image_side': int, 'factor': float, 'notes': [str, ...]}``."""
-    notes: List[str] = []
-    factor, why = scale_factor(cfg, scale)
-    if why:
-        notes.append(f"scale small: {why}")
-    limit = crop_limit(cfg, scale)
-    crop = tuple(round(c * factor) for c in crop_of(cfg))
-    if limit:
-        crop = _limited(crop, limit)
-    side = image_side(cfg, factor)
-    out = cfg.to_dict() if hasattr(cfg, "to_dict") else copy.deepcopy(dict(cfg))
+def _weights(out: Dict[str, Any], factor: float, limit: Optional[int], notes: List[str]) -> None:
+    """The model without pretrained weights that are not local files (nor ``load_from``),
+    its input sizes times ``factor`` and its pad size at most ``limit`` px a side."""
     dropped: List[str] = []
     out["model"] = shrink_model(drop_missing_weights(out["model"], dropped), factor, notes)
     if limit and out["model"].get("data_preprocessor"):
@@ -304,6 +296,11 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
             "pretrained weights not found locally (nothing is downloaded): random "
             "initialisation in place of " + "; ".join(dropped)
         )
+
+
+def _loaders(out: Dict[str, Any], data_root: str, factor: float, limit: Optional[int]) -> None:
+    """Every data loader on the synthetic set, its sizes times ``factor`` (the training
+    crop at most ``limit`` px a side), with no worker process."""
     for name in LOADERS:
         loader = out.get(name)
         if not loader:
@@ -315,6 +312,11 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
             loader["dataset"] = limit_crops(loader["dataset"], limit)
         loader.update(num_workers=0, persistent_workers=False)
         out[name] = loader
+
+
+def _schedule(out: Dict[str, Any], iters: int, notes: List[str]) -> None:
+    """``iters`` iterations, one validation and a checkpoint at the end (in the work dir,
+    under its usual name), a log line every iteration."""
     loop = (out.get("train_cfg") or {}).get("type", "IterBasedTrainLoop")
     if "Iter" not in str(loop):
         notes.append(
@@ -332,11 +334,14 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     for key in ("out_dir", "filename_tmpl", "backend_args", "file_client_args"):
         checkpoint.pop(key, None)
     hooks["checkpoint"] = checkpoint
-    logger = dict(hooks.get("logger") or dict(type="LoggerHook"))
-    logger.update(interval=1)
-    hooks["logger"] = logger
+    hooks["logger"] = dict(hooks.get("logger") or dict(type="LoggerHook"), interval=1)
     out["default_hooks"] = hooks
     out["log_processor"] = dict(out.get("log_processor") or {}, by_epoch=False)
+
+
+def _recorded(out: Dict[str, Any]) -> None:
+    """The rehearsal's hooks and their modules, a fixed seed, local files only (no
+    experiment tracker is reached), and no resume of the user's."""
     hooks = [dict(type="RehearsalHook"), dict(type="RehearsalMemoryHook")]
     out["custom_hooks"] = list(out.get("custom_hooks") or []) + hooks
     imports = dict(out.get("custom_imports") or dict(imports=[]))
@@ -345,13 +350,32 @@ def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any],
     imports["imports"] = names + [HOOK, MEMORY_HOOK]
     out["custom_imports"] = imports
     out["randomness"] = dict(out.get("randomness") or {}, seed=0)
-    if out.get("visualizer"):  # local files only: no experiment tracker is reached
+    if out.get("visualizer"):
         out["visualizer"] = dict(out["visualizer"], vis_backends=[dict(type="LocalVisBackend")])
     out.pop("vis_backends", None)
     out["resume"] = False
+
+
+def derive(cfg, data_root: str, iters: int, scale: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The rehearsal's config as a dict (``Config(...)`` of it runs), and what was changed:
+    ``{'crop': (h, w), 'config_crop': (h, w), 'image_side': int, 'factor': float,
+    'notes': [str, ...], 'has_val': bool}``."""
+    notes: List[str] = []
+    factor, why = scale_factor(cfg, scale)
+    if why:
+        notes.append(f"scale small: {why}")
+    limit = crop_limit(cfg, scale)
+    crop = tuple(round(c * factor) for c in crop_of(cfg))
+    if limit:
+        crop = _limited(crop, limit)
+    out = cfg.to_dict() if hasattr(cfg, "to_dict") else copy.deepcopy(dict(cfg))
+    _weights(out, factor, limit, notes)
+    _loaders(out, data_root, factor, limit)
+    _schedule(out, iters, notes)
+    _recorded(out)
     has_val = bool(out.get("val_dataloader") and out.get("val_evaluator"))
-    changes = dict(crop=crop, config_crop=crop_of(cfg), image_side=side, factor=factor)
-    return out, dict(changes, notes=notes, has_val=has_val)
+    changes = dict(crop=crop, config_crop=crop_of(cfg), image_side=image_side(cfg, factor))
+    return out, dict(changes, factor=factor, notes=notes, has_val=has_val)
 
 
 def resume_derive(cfg, data_root: str, iters: int) -> Tuple[Optional[Dict[str, Any]], str]:

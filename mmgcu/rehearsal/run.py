@@ -1,11 +1,10 @@
 """``rehearse()``: a config on simulated cards, as a real job runs it, then the report.
 
-Two jobs, each stock ``tools/train.py`` under torchrun with ``--launcher pytorch`` (what
-``mmgcu train`` runs), with ``MMGCU_SIMULATE=<hardware>:<cards>``: the first builds, places,
-wraps, trains ``iters`` iterations, validates and saves; the second resumes from that
-checkpoint and trains one more iteration, without a save of its own (the first job's save
-proved the path; a second would write every weight and optimizer state again, most of a
-ViT's resume). Nothing in the runner knows it is a rehearsal.
+The parts, each with one job: :mod:`.plan` derives the rehearsal's config, :mod:`.data`
+writes its synthetic data, :mod:`.jobs` runs stock ``tools/train.py`` under torchrun twice
+(train, validate and save; resume), and :mod:`.report` reads what the ranks wrote into a
+:class:`~.report.Report` (:mod:`.phases`: each phase, and which one a failure belongs to;
+:mod:`.logs`: a failed job's first error and its fix).
 
 At real scale both jobs run one rank, whose card stands for each card of the job
 (:mod:`.memory`), with the host heap setting of :func:`.host.heap_env`; the resume trains
@@ -15,24 +14,20 @@ its iteration at the small scale's crop (:func:`.plan.resume_derive`).
 import json
 import os
 import os.path as osp
-import shutil
-import subprocess
-import sys
-import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..cli import launch, preflight
-from ..device.cards import HARDWARE, SIMULATE_ENV
+from ..launch import LaunchError, preflight, torchrun
+from ..launch.cards import HARDWARE
 from ..runtime.files import write_text_atomically
-from ..runtime.locks import LOCK_DIR_ENV
-from . import data, host, memory, plan, report
+from . import data, host, memory, plan
+from .errors import RehearsalError
 from .hook import OUT_DIR
+from .jobs import MARK, Jobs, job_env, prepare_work_dir
+from .logs import first_error, fix_for
+from .phases import blame, failed_to_start, failing_job, first_failed, phases_of
+from .report import GIB, Error, Report, read_ranks, summarise
 
-GIB = report.GIB
-T20_MEMORY_GIB = plan.T20_MEMORY_GIB
-MARK = "rehearsal.json"
-#: Validation images per card: enough shapes to see what each new one costs a lazy card.
-VAL_IMAGES_PER_CARD = 8
+SCALES = ("small", "real")
 
 
 def _options(cfg_options: Optional[Dict[str, object]]) -> List[str]:
@@ -41,244 +36,67 @@ def _options(cfg_options: Optional[Dict[str, object]]) -> List[str]:
     return ["--cfg-options"] + [f"{k}={v}" for k, v in cfg_options.items()]
 
 
-def prepare_work_dir(work_dir: str, config: str) -> None:
-    """An empty work dir: an earlier rehearsal's is cleared, anything else is refused."""
-    if osp.abspath(config).startswith(osp.join(osp.abspath(work_dir), "")):
-        raise ValueError(
-            f"the config {config} is inside the work dir {work_dir}, which the "
-            "rehearsal clears: give --work-dir another folder"
-        )
-    if osp.isdir(work_dir) and os.listdir(work_dir):
-        if not osp.isfile(osp.join(work_dir, MARK)):
-            raise ValueError(
-                f"{work_dir} is not empty and holds no earlier rehearsal: give "
-                "--work-dir a new folder (the rehearsal replaces what it finds there)"
-            )
-        shutil.rmtree(work_dir)
-    os.makedirs(work_dir, exist_ok=True)
-
-
-#: What would make the rehearsal's torchrun join another job's rendezvous: it runs alone.
-MULTI_NODE_VARS = ("NNODES", "NODE_RANK", "MASTER_ADDR", "PORT")
-
-
-def _launch(
-    config: str,
-    work_dir: str,
-    cards: int,
-    hardware: str,
-    extra: List[str],
-    log: str,
-    heap: Optional[Dict[str, str]] = None,
-) -> int:
-    """One torchrun job of stock train.py on simulated cards; its output goes to ``log``;
-    ``heap``: the ranks' glibc heap setting (:func:`mmgcu.rehearsal.host.heap_env`)."""
-    env = {k: v for k, v in os.environ.items() if k not in MULTI_NODE_VARS}
-    env.update(heap or {})
-    env[SIMULATE_ENV] = f"{hardware}:{cards}"
-    # Simulated cards are this rehearsal's own: their locks too (a real job's card locks,
-    # or another rehearsal's, are no business of theirs).
-    env[LOCK_DIR_ENV] = osp.join(work_dir, "card-locks")
-    env.pop("MMGCU_SIMULATE_API", None)
-    env.pop("MMGCU_SIMULATE_NOTICE", None)  # each job's log says it is simulated
-    command = [sys.executable, "-m", "torch.distributed.run"]
-    command += launch.torchrun_flags(env, launch.torch_version())
-    command += [f"--nproc_per_node={cards}", *launch.train_script(env), config]
-    command += ["--work-dir", work_dir, "--launcher", "pytorch", *extra]
-    with open(log, "w") as f:
-        return subprocess.call(
-            command, env=launch.worker_env(env), stdout=f, stderr=subprocess.STDOUT
-        )
-
-
-def last_checkpoint(work_dir: str) -> Optional[str]:
-    """The checkpoint the job saved last (mmengine's ``last_checkpoint`` file names it)."""
-    try:
-        with open(osp.join(work_dir, "last_checkpoint")) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
-def rehearse(
-    config: str,
-    cards: int = 8,
-    hardware: str = "t20",
-    iters: Optional[int] = None,
-    scale: str = "small",
-    card_memory_gib: float = T20_MEMORY_GIB,
-    cfg_options: Optional[Dict[str, object]] = None,
-    work_dir: Optional[str] = None,
-    echo: Callable[[str], None] = lambda line: None,
-) -> dict:
-    """Rehearse ``config`` on ``cards`` simulated cards of ``hardware`` ('t20': torch_gcu
-    1.x; 's60': 2.x) and return the report (also written as ``rehearsal.json`` in the work
-    dir). At ``scale='real'`` one rank measures a card for a job of ``cards``
-    (:mod:`mmgcu.rehearsal.memory`). ``iters`` defaults to :data:`~.plan.DEFAULT_ITERS` of
-    the scale. ``cfg_options`` are merged as train.py's ``--cfg-options`` are (so a
-    ``custom_imports`` among them is not imported, as in a real job). ``echo`` receives one
-    line per step as it happens."""
-    import torch
-    from mmengine.config import Config
-
+def _checked(hardware: str, scale: str, iters: Optional[int], cards: int) -> int:
+    """The iterations to train (``iters``, else the scale's default), once the arguments
+    are known to make a rehearsal."""
     if hardware not in HARDWARE:
-        raise ValueError(f"hardware {hardware!r}: one of {', '.join(HARDWARE)}")
-    if scale not in ("small", "real"):
-        raise ValueError(f"scale {scale!r}: 'small' or 'real'")
+        raise RehearsalError(f"hardware {hardware!r}: one of {', '.join(HARDWARE)}")
+    if scale not in SCALES:
+        raise RehearsalError(f"scale {scale!r}: 'small' or 'real'")
     iters = plan.DEFAULT_ITERS[scale] if iters is None else iters
     if iters < 1 or cards < 1:
-        raise ValueError("iters and cards must be at least 1")
-    config = launch.resolve_config(config)
-    stem = osp.splitext(osp.basename(config))[0]
-    work_dir = osp.abspath(work_dir or osp.join("work_dirs", f"{stem}_rehearsal"))
-    prepare_work_dir(work_dir, config)
-    api = HARDWARE[hardware][0]
-    ranks = plan.ranks(scale, cards)
-    result = dict(
-        config=config,
-        hardware=hardware.upper(),
-        api=api,
-        cards=ranks,
-        world=cards,
-        host_available=host.available_bytes(),
-        iters=iters,
-        scale=scale,
-        torch=torch.__version__.split("+")[0],
-        work_dir=work_dir,
-        json=osp.join(work_dir, MARK),
-        logs=[],
-        notes=[],
-        crop=[0, 0],
-        config_crop=[0, 0],
-        phases=[],
-        error=None,
-        summary={},
-        passed=False,
-    )
+        raise RehearsalError("iters and cards must be at least 1")
+    return iters
 
-    def finish(phase: Optional[str] = None, message: Optional[str] = None) -> dict:
-        if message:
-            ops = (result["summary"] or {}).get("card_ops", [])
-            fix = report.fix_for(message, ops)
-            result["error"] = dict(phase=phase, message=message, fix=fix)
-            if host.host_killed(result):  # what this host can still prove, and how
-                facts = memory.read(work_dir, 0, "train")
-                result["finish"] = host.finish_command(result, facts)
-        result["passed"] = (
-            bool(result["phases"])
-            and not result["error"]
-            and all(p["status"] in ("passed", "skipped") for p in result["phases"])
-            and (result.get("memory") or {}).get("fits", True)
-        )
-        write_text_atomically(result["json"], json.dumps(result, indent=1))
-        return result
 
-    def fail_early(message: str) -> dict:
-        result["phases"] = [dict(name="build", status="failed", detail=None)]
-        return finish("build", message)
-
-    finish()  # the mark of a rehearsal's work dir, from the start
-    problem = preflight.config_problem(config, _options(cfg_options))
-    if problem:
-        return fail_early(problem)
+def _launchable(find: Callable, what):
+    """``find(what)``: the config's file (a path, or a shipped config's name), or the
+    training script of a job's environment; a RehearsalError where there is none."""
     try:
-        cfg = Config.fromfile(config)
-    except Exception as e:  # every rank would fail on it the same way
-        return fail_early(f"{type(e).__name__}: {e}")
+        return find(what)
+    except LaunchError as e:
+        raise RehearsalError(str(e)) from None
+
+
+def _finish(report: Report, phase: Optional[str] = None, message: Optional[str] = None):
+    """The report with the error it stopped on (if any) and its verdict, written as
+    ``rehearsal.json``; where the host killed a rank, the command that finishes the proof
+    on this host."""
+    if message:
+        ops = report.summary.card_ops if report.summary is not None else []
+        report.error = Error(phase, message, fix_for(message, ops, report.torch))
+        if host.host_killed(report):
+            facts = memory.read(report.work_dir, 0, "train")
+            report.finish = host.finish_command(report, facts)
+    report.settle()
+    write_text_atomically(report.json, json.dumps(report.to_dict(), indent=1))
+    return report
+
+
+def _config(report: Report, cfg_options: Optional[Dict[str, object]]):
+    """The user's config with ``cfg_options`` merged as train.py merges them (so a
+    ``custom_imports`` among them is not imported, as in a real job); None, the report
+    failed in the build, where no job could run it."""
+    from mmengine.config import Config
+
+    problem = preflight.config_problem(report.config, _options(cfg_options))
+    if problem is None:
+        try:
+            cfg = Config.fromfile(report.config)
+        except Exception as e:  # every rank would fail on it the same way
+            problem = f"{type(e).__name__}: {e}"
+    if problem is not None:
+        report.phases = failed_to_start()
+        _finish(report, "build", problem)
+        return None
     imports = cfg.get("custom_imports")
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
         cfg.custom_imports = imports  # train.py imports only the file's
-    data_root = osp.join(work_dir, "data")
-    derived, changes = plan.derive(cfg, data_root, iters, scale)
-    result["crop"] = list(changes["crop"])
-    result["config_crop"] = list(changes["config_crop"])
-    result["notes"] = changes["notes"]
-    batch = int(derived["train_dataloader"].get("batch_size", 1))
-    side = changes["image_side"]
-    written = data.write_dataset(
-        data_root,
-        derived["train_dataloader"]["dataset"],
-        "train",
-        [(side, side)] * (ranks * batch),
-        derived["model"],
-    )
-    val = "no val"
-    if changes["has_val"]:
-        per_rank = VAL_IMAGES_PER_CARD if scale == "small" else plan.REAL_VAL_IMAGES
-        sizes, where = data.val_sizes(
-            cfg.val_dataloader.dataset, ranks * per_rank, side, changes["factor"]
-        )
-        data.write_dataset(
-            data_root, derived["val_dataloader"]["dataset"], "val", sizes, derived["model"], seed=1
-        )
-        val = f"{len(sizes)} val images of {len(set(sizes))} sizes ({where})"
-    result["notes"].append(
-        f"data: synthetic {written['type']} ({written['labels']} labels, ignore index "
-        f"{written['ignore_index']}, {written['count']} train images of {side} px, {val}) "
-        "through the config's own pipelines; data loaders with num_workers=0"
-    )
-    for note in result["notes"]:
-        echo(f"note: {note}")
-    # Under rehearsal/: the runner dumps the config it ran into the work dir by its name.
-    rehearsal_config = osp.join(work_dir, OUT_DIR, f"{stem}_rehearsal.py")
-    os.makedirs(osp.dirname(rehearsal_config), exist_ok=True)
-    Config(derived).dump(rehearsal_config)
-    resume_config, note = _resume_config(cfg, data_root, iters, scale, rehearsal_config)
-    if note:
-        result["notes"].append(note)
-        echo(f"note: {note}")
-
-    device = "xla" if api == "gcu1" else "gcu"
-    logs = [osp.join(work_dir, "train.log"), osp.join(work_dir, "resume.log")]
-    result["logs"] = logs
-    start = time.time()
-    heap = host.heap_env(scale)
-    echo(f"train: {ranks} card(s), {iters} iteration(s), checkpoint, validation ({logs[0]})")
-    codes = [_launch(rehearsal_config, work_dir, ranks, hardware, [], logs[0], heap)]
-    result["seconds"] = dict(train=round(time.time() - start, 1))
-    checkpoint = last_checkpoint(work_dir)
-    resumed: Dict[int, dict] = {}
-    if codes[0] == 0 and checkpoint:
-        start = time.time()
-        echo(f"resume: from iteration {iters}, one more ({logs[1]})")
-        extra = ["--resume", "--cfg-options", f"load_from={checkpoint}"]
-        extra += [f"train_cfg.max_iters={iters + 1}", f"train_cfg.val_begin={iters + 2}"]
-        # no save at the end (save_last) nor on the interval: iteration iters + 1 is not
-        # a multiple of iters + 2
-        extra += ["default_hooks.checkpoint.save_last=False"]
-        extra += [f"default_hooks.checkpoint.interval={iters + 2}"]
-        codes.append(_launch(resume_config, work_dir, ranks, hardware, extra, logs[1], heap))
-        result["seconds"]["resume"] = round(time.time() - start, 1)
-        resumed = report.read_ranks(work_dir, "resume")
-    trained = report.read_ranks(work_dir, "train")
-    result["phases"] = report.phases_of(
-        trained, resumed, ranks, iters, device, checkpoint, changes["has_val"]
-    )
-    result["summary"] = report.summarise(
-        trained, resumed, ranks, int(card_memory_gib * GIB), changes["factor"]
-    )
-    if scale == "real":
-        result["memory"] = _memory(work_dir, result, cards, card_memory_gib)
-    failed = next((p for p in result["phases"] if p["status"] == "failed"), None)
-    if failed is None and all(code == 0 for code in codes):
-        return finish()
-    log = logs[len(codes) - 1] if failed is None or failed["name"] == "resume" else logs[0]
-    with open(log) as f:
-        text = f.read()
-    if failed is not None and failed["name"] == "build" and report.in_wrap_model(text):
-        # the runner built the model and failed putting it on the card or wrapping it
-        result["phases"][0]["status"] = "passed"
-        failed = result["phases"][1]
-        failed["status"] = "failed"
-    message = report.first_error(text) or (failed or {}).get("detail")
-    name = failed["name"] if failed else "end"
-    return finish(name, message or f"exit status {codes[-1]}")
+    return cfg
 
 
-def _resume_config(
-    cfg, data_root: str, iters: int, scale: str, config: str
-) -> Tuple[str, Optional[str]]:
+def _resume_config(cfg, data_root: str, iters: int, scale: str, config: str):
     """The config the resume job runs, and a note: the train job's, or at real scale the
     small crops' (:func:`~.plan.resume_derive`), written beside it."""
     from mmengine.config import Config
@@ -293,10 +111,121 @@ def _resume_config(
     return path, note
 
 
-def _memory(work_dir: str, result: dict, world: int, card_memory_gib: float) -> Optional[dict]:
-    """The per-card figure for ``world`` ranks (:func:`~.memory.per_card`) from rank 0's
-    train job, or None where it did not finish its first iteration."""
-    facts = memory.read(work_dir, 0, "train")
-    peak = (result["summary"] or {}).get("peak_bytes", 0)
-    card = int(card_memory_gib * GIB)
-    return memory.per_card(facts, peak, world, card) if facts else None
+def _prepare(report: Report, cfg, echo: Callable[[str], None]) -> Tuple[str, str, dict]:
+    """The rehearsal's config and the resume job's, written under the work dir with the
+    synthetic data they read, and what the rehearsal changed (:func:`~.plan.derive`)."""
+    from mmengine.config import Config
+
+    data_root = osp.join(report.work_dir, "data")
+    derived, changes = plan.derive(cfg, data_root, report.iters, report.scale)
+    report.crop, report.config_crop = list(changes["crop"]), list(changes["config_crop"])
+    report.notes = changes["notes"]
+    report.notes.append(
+        data.write_rehearsal_data(cfg, derived, changes, data_root, report.cards, report.scale)
+    )
+    for note in report.notes:
+        echo(f"note: {note}")
+    # Under rehearsal/: the runner dumps the config it ran into the work dir by its name.
+    stem = osp.splitext(osp.basename(report.config))[0]
+    config = osp.join(report.work_dir, OUT_DIR, f"{stem}_rehearsal.py")
+    os.makedirs(osp.dirname(config), exist_ok=True)
+    Config(derived).dump(config)
+    resume, note = _resume_config(cfg, data_root, report.iters, report.scale, config)
+    if note:
+        report.notes.append(note)
+        echo(f"note: {note}")
+    return config, resume, changes
+
+
+def _conclude(report: Report, jobs: Jobs, checkpoint, changes: dict, card_memory: int):
+    """The report of the jobs that ran: phases, summary, at real scale each card's figure,
+    and the error a failed job's log names."""
+    trained = read_ranks(report.work_dir, "train")
+    resumed = read_ranks(report.work_dir, "resume")
+    report.phases = phases_of(
+        trained, resumed, report.cards, report.iters, checkpoint, changes["has_val"]
+    )
+    report.summary = summarise(trained, resumed, card_memory, changes["factor"])
+    if report.scale == "real":
+        facts = memory.read(report.work_dir, 0, "train")
+        peak = report.summary.peak_bytes if report.summary is not None else 0
+        report.memory = memory.per_card(facts, peak, report.world, card_memory) if facts else None
+    if first_failed(report.phases) is None and not jobs.failed():
+        return _finish(report)
+    log = jobs.log(failing_job(report.phases, len(jobs.codes)))
+    failed = blame(report.phases, log)
+    message = first_error(log) or (failed.detail if failed is not None else None)
+    phase = failed.name if failed is not None else "end"
+    return _finish(report, phase, message or f"exit status {jobs.codes[-1]}")
+
+
+def run_rehearsal(
+    config: str,
+    cards: int = 8,
+    hardware: str = plan.DEFAULT_HARDWARE,
+    iters: Optional[int] = None,
+    scale: str = "small",
+    card_memory_gib: float = plan.T20_MEMORY_GIB,
+    cfg_options: Optional[Dict[str, object]] = None,
+    work_dir: Optional[str] = None,
+    echo: Callable[[str], None] = lambda line: None,
+) -> Report:
+    """Rehearse ``config`` on ``cards`` simulated cards of ``hardware`` ('t20': torch_gcu
+    1.x; 's60': 2.x) and return the report (also written as ``rehearsal.json`` in the work
+    dir, by default ``work_dirs/<config>_rehearsal``). At ``scale='real'`` one rank
+    measures a card for a job of ``cards`` (:mod:`mmgcu.rehearsal.memory`). ``iters``
+    defaults to :data:`~.plan.DEFAULT_ITERS` of the scale. ``cfg_options`` are merged as
+    train.py's ``--cfg-options`` are. ``echo`` receives one line per step as it happens.
+    Raises :class:`~.errors.RehearsalError` for what it refuses before any job starts."""
+    import torch
+
+    iters = _checked(hardware, scale, iters, cards)
+    ranks = plan.ranks(scale, cards)
+    config = _launchable(torchrun.resolve_config, config)
+    stem = osp.splitext(osp.basename(config))[0]
+    work_dir = osp.abspath(work_dir or osp.join("work_dirs", f"{stem}_rehearsal"))
+    env = job_env(os.environ, hardware, ranks, work_dir, host.heap_env(scale))
+    script = _launchable(torchrun.train_script, env)
+    prepare_work_dir(work_dir, config)
+    report = Report(
+        config=config,
+        hardware=hardware.upper(),
+        api=HARDWARE[hardware][0],
+        cards=ranks,
+        world=cards,
+        host_available=host.available_bytes(),
+        iters=iters,
+        scale=scale,
+        torch=torch.__version__.split("+")[0],
+        work_dir=work_dir,
+        json=osp.join(work_dir, MARK),
+    )
+    _finish(report)  # the mark of a rehearsal's work dir, from the start
+    cfg = _config(report, cfg_options)
+    if cfg is None:
+        return report
+    rehearsal_config, resume_config, changes = _prepare(report, cfg, echo)
+    jobs = Jobs(work_dir, ranks, env, script)
+    report.logs = jobs.logs
+    checkpoint = jobs.train_then_resume(rehearsal_config, resume_config, iters, echo)
+    report.seconds = jobs.seconds
+    return _conclude(report, jobs, checkpoint, changes, int(card_memory_gib * GIB))
+
+
+def rehearse(
+    config: str,
+    cards: int = 8,
+    hardware: str = plan.DEFAULT_HARDWARE,
+    iters: Optional[int] = None,
+    scale: str = "small",
+    card_memory_gib: float = plan.T20_MEMORY_GIB,
+    cfg_options: Optional[Dict[str, object]] = None,
+    work_dir: Optional[str] = None,
+    echo: Callable[[str], None] = lambda line: None,
+) -> dict:
+    """:func:`run_rehearsal`'s report (same arguments) as plain values, what
+    ``rehearsal.json`` holds."""
+    report = run_rehearsal(
+        config, cards, hardware, iters, scale, card_memory_gib, cfg_options, work_dir, echo
+    )
+    return report.to_dict()

@@ -1,8 +1,54 @@
-"""What a passing rehearsal of the tiny model on 2 simulated T20 cards reports: shared by
-``tests/rehearsal/test_rehearse.py`` and the README walkthrough's test, which rehearse it
-through ``python -m mmgcu.cli`` and the ``mmgcu`` command line."""
+"""Shared by the rehearsal's tests: what one rank writes, a report built with the typed
+report's constructors, and what a passing rehearsal of the tiny model on 2 simulated T20
+cards reports (``tests/rehearsal/test_rehearse.py`` and the README walkthrough's test
+rehearse it through ``python -m mmgcu.cli`` and the ``mmgcu`` command line)."""
 
 import os
+
+from mmgcu.rehearsal.report import Report
+
+GIB = 1 << 30
+
+
+def rank(index, stage_iters=2, resumed_from=None, **extra):
+    """What RehearsalHook writes for rank ``index`` of a job on simulated T20 cards."""
+    phases = [dict(name=n) for n in ("build", "val", "train", "end")]
+    return dict(
+        rank=index,
+        card=index,
+        api="gcu1",
+        device_type="xla",
+        lazy=True,
+        phases=phases,
+        param_devices=[f"xla:{index}"],
+        wrapper="GCU1DistributedDataParallel",
+        wrapped=True,
+        iterations=[
+            dict(iter=i + 1, host_reads=1, graph_runs=1, compiles=int(i < 2), cuts=[], seconds=0.5)
+            for i in range(stage_iters)
+        ],
+        resumed_from=resumed_from,
+        **extra,
+    )
+
+
+def t20_report(**fields):
+    """A report of 2 simulated T20 cards at the small scale, ``fields`` changed."""
+    facts = dict(
+        config="c.py",
+        hardware="T20",
+        api="gcu1",
+        cards=2,
+        world=2,
+        host_available=20 * GIB,
+        iters=2,
+        scale="small",
+        torch="1.10.2",
+        work_dir="w",
+        json="w/rehearsal.json",
+    )
+    facts.update(fields)
+    return Report(**facts)
 
 
 def assert_tiny_model_passed_every_phase(report: dict, out: str, checkpoint: str) -> None:

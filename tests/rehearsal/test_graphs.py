@@ -2,7 +2,10 @@
 stalls the card, and the fix (mmgcu/rehearsal/graphs.py and the report's lines)."""
 
 from mmgcu.rehearsal.graphs import stalls, train_figures, val_figures
-from mmgcu.rehearsal.report import format_report
+from mmgcu.rehearsal.phases import Phase
+from mmgcu.rehearsal.report import CardPeak, GraphPart, Reads, Summary
+from mmgcu.rehearsal.text import format_report
+from tests.rehearsal.helpers import t20_report
 
 
 def _iteration(runs, compiles, cuts=()):
@@ -78,12 +81,12 @@ def test_a_validation_within_its_buckets_stalls_nothing():
 def test_the_report_says_the_graphs_and_that_the_job_stalls_the_card():
     train = train_figures([_iteration(3, 2, [ACC]), *[_iteration(3, 1, [ACC])] * 2])
     val = val_figures(_val(2, [[128, 171], [171, 128]]))
-    summary = dict(
-        cards=[dict(rank=0, card=0, peak_bytes=1 << 30, fits=True)],
+    summary = Summary(
+        cards=[CardPeak(rank=0, card=0, peak_bytes=1 << 30, fits=True)],
         peak_bytes=1 << 30,
         card_memory_bytes=32 << 30,
-        host_reads_per_iter=dict(first=1, later=1),
-        graph=dict(
+        host_reads_per_iter=Reads(first=1, later=1),
+        graph=GraphPart(
             train=train,
             val=val,
             changes=["EncoderDecoder x1: predictions post-processed on the host"],
@@ -91,28 +94,17 @@ def test_the_report_says_the_graphs_and_that_the_job_stalls_the_card():
             stalls=stalls(train, val, 0.25),
         ),
         sync_bn={},
-        seconds_per_iter=None,
     )
-    text = format_report(
-        dict(
-            config="c.py",
-            cards=2,
-            hardware="T20",
-            api="gcu1",
-            torch="1.10.2",
-            iters=3,
-            scale="small",
-            crop=[128, 128],
-            config_crop=[512, 512],
-            notes=[],
-            phases=[dict(name="build", status="passed", detail=None)],
-            error=None,
-            summary=summary,
-            json="r.json",
-            logs=["train.log"],
-            passed=True,
-        )
+    passed = t20_report(
+        iters=3,
+        crop=[128, 128],
+        config_crop=[512, 512],
+        phases=[Phase("build", "passed")],
+        summary=summary,
+        passed=True,
+        logs=["train.log"],
     )
+    text = format_report(passed)
     assert "graph runs per step: 3 in the first, 3 after warm-up" in text
     assert "graphs compiled in training: 3 in the first 2 step(s), 1 in 1 after" in text
     assert "extra graph run: 2.0 a step, aten::nonzero (fallback) at mmseg/models/" in text

@@ -6,8 +6,12 @@ import os
 import torch
 
 from mmgcu.rehearsal import host, memory
-from mmgcu.rehearsal.report import first_error, format_report
+from mmgcu.rehearsal.logs import first_error
+from mmgcu.rehearsal.phases import Phase
+from mmgcu.rehearsal.report import Error
+from mmgcu.rehearsal.text import format_report
 from tests.conftest import free_port, last_json, needs_torch2, run_program
+from tests.rehearsal.helpers import t20_report
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -33,6 +37,7 @@ def facts(**extra):
         world_size=1,
         stage="train",
         api="gcu1",
+        vendor_ddp=True,
         card=0,
         batch_size=2,
         weights_bytes=int(1.43 * GIB),
@@ -77,14 +82,14 @@ def test_the_figure_adds_the_steady_step_ddp_buckets_and_sync_bn_for_8_ranks():
     card = 32 * GIB
     figure = memory.per_card(facts(), measured_peak=int(19.10 * GIB), world=8, card_memory=card)
     steady = int(19.03 * GIB) + int(2.85 * GIB) + int(1.43 * GIB)
-    assert figure["steady"] == dict(
+    assert figure.steady == dict(
         measured=False,
         first_peak=int(19.03 * GIB),
         state=int(2.85 * GIB),
         gradients=int(1.43 * GIB),
         bytes=steady,
     )
-    names = [(a["name"], a["when"], a["bytes"]) for a in figure["additions"]]
+    names = [(a["name"], a["when"], a["bytes"]) for a in figure.additions]
     buckets = int(1.43 * GIB)  # a flat copy of every gradient
     sync_bn = 2 * 512 * 148 * 148 * 4  # one float32 copy of the largest SyncBN input
     assert names == [
@@ -92,8 +97,8 @@ def test_the_figure_adds_the_steady_step_ddp_buckets_and_sync_bn_for_8_ranks():
         ("DDP construction", "once", int(1.43 * GIB) + max(GIB, buckets)),
         ("SyncBN across 8 ranks", "step", sync_bn),
     ]
-    assert figure["total_bytes"] == steady + buckets + sync_bn
-    assert figure["fits"] and figure["world"] == 8
+    assert figure.total_bytes == steady + buckets + sync_bn
+    assert figure.fits and figure.world == 8
     text = "\n".join(memory.format_lines(figure))
     assert "memory per card for 8 rank(s), 2 image(s) each" in text
     assert "steady step, worked out: 23.31 GiB = iteration 1's peak 19.03 GiB" in text
@@ -104,26 +109,26 @@ def test_the_figure_adds_the_steady_step_ddp_buckets_and_sync_bn_for_8_ranks():
     assert text.endswith("= 24.82 GiB per card of 32.00 GiB: fits")
     # a smaller card
     small = memory.per_card(facts(), int(19.10 * GIB), 8, 24 * GIB)
-    assert not small["fits"] and "DOES NOT FIT" in memory.format_lines(small)[-1]
+    assert not small.fits and "DOES NOT FIT" in memory.format_lines(small)[-1]
 
 
 def test_a_measured_later_step_replaces_the_worked_out_one():
     ran_two = facts(iterations=2, last=dict(iter=2, peak_bytes=int(23.2 * GIB)))
     figure = memory.per_card(ran_two, int(23.2 * GIB), 8, 32 * GIB)
-    assert figure["steady"] == dict(measured=True, bytes=int(23.2 * GIB), through=2)
-    assert figure["total_bytes"] == int(23.2 * GIB) + int(1.43 * GIB) + 2 * 512 * 148 * 148 * 4
+    assert figure.steady == dict(measured=True, bytes=int(23.2 * GIB), through=2)
+    assert figure.total_bytes == int(23.2 * GIB) + int(1.43 * GIB) + 2 * 512 * 148 * 148 * 4
     assert "steady step, measured through iteration 2" in "\n".join(memory.format_lines(figure))
 
 
-def test_what_is_added_depends_on_the_world_and_the_generation():
+def test_what_is_added_depends_on_the_world_and_the_ddp():
     # the measured rank already ran SyncBN's synchronised path: nothing to add for it
     assert memory.sync_bn_addition(facts(world_size=2), 8) is None
     # a job of one card runs plain BatchNorm
     assert memory.sync_bn_addition(facts(), 1) is None
     one = memory.per_card(facts(), int(19.1 * GIB), 1, 32 * GIB)
-    assert [a["name"] for a in one["additions"]] == ["DDP gradient buckets", "DDP construction"]
+    assert [a["name"] for a in one.additions] == ["DDP gradient buckets", "DDP construction"]
     # torch_gcu 2.x: torch's own DDP keeps its buckets on the simulated card (measured)
-    assert memory.ddp_additions(facts(api="gcu2")) == []
+    assert memory.ddp_additions(facts(api="gcu2", vendor_ddp=False)) == []
     # a rank killed in its first iteration: no figure
     assert memory.per_card(facts(first={}, iterations=0), 0, 8, 32 * GIB) is None
 
@@ -167,38 +172,26 @@ def killed_report(phases, scale="real", figure=None, **extra):
     """A rehearsal report whose rank torchrun says was killed by SIGKILL."""
     log = "  exitcode  : -9 (pid: 26139)\n  traceback : Signal 9 (SIGKILL) received by PID 26139"
     message = first_error(log)
-    passed = ("build", "placement", "wrap", "train", "save", "val", "resume")[:phases]
-    statuses = [dict(name=n, status="passed", detail=None) for n in passed]
-    failed = ("build", "placement", "wrap", "train", "save", "val", "resume")[phases:]
-    statuses += [
-        dict(name=n, status="failed" if i == 0 else "not run", detail=None)
-        for i, n in enumerate(failed)
-    ]
-    report = dict(
+    names = ("build", "placement", "wrap", "train", "save", "val", "resume")
+    statuses = [Phase(n, "passed") for n in names[:phases]]
+    failed = names[phases:]
+    statuses += [Phase(n, "failed" if i == 0 else "not run") for i, n in enumerate(failed)]
+    facts = dict(
         config="configs/vitl.py",
         cards=1 if scale == "real" else 8,
         world=8,
-        hardware="T20",
-        api="gcu1",
-        torch="1.10.2",
         iters=1,
         scale=scale,
         crop=[518, 518],
         config_crop=[518, 518],
-        notes=[],
         phases=statuses,
-        error=dict(phase=failed[0], message=message, fix="rehearse on fewer --cards")
-        if failed
-        else None,
-        summary={},
+        error=Error(failed[0], message, "rehearse on fewer --cards") if failed else None,
         memory=figure,
         json="r.json",
         logs=["train.log", "resume.log"],
-        passed=False,
-        host_available=20 * GIB,
     )
-    report.update(extra)
-    return report
+    facts.update(extra)
+    return t20_report(**facts)
 
 
 def test_a_rank_killed_for_host_memory_is_not_a_verdict_on_the_card():
@@ -248,7 +241,7 @@ def test_the_finish_command_asks_for_the_ranks_this_host_holds():
 def test_a_card_too_small_for_the_job_fails_as_such():
     figure = memory.per_card(facts(), int(19.10 * GIB), 8, 24 * GIB)
     report = killed_report(7, figure=figure)
-    assert report["error"] is None
+    assert report.error is None
     text = format_report(report)
     assert text.splitlines()[-1] == (
         "  verdict: DOES NOT FIT A T20 CARD: 24.82 GiB per card for 8 rank(s) against "

@@ -1,182 +1,93 @@
-"""The report: the first error of a job's log, the fix mmgcu knows, the phases in order."""
+"""The typed report: what the ranks wrote summed up, its verdict, and its plain values
+(what ``rehearse()`` returns and ``rehearsal.json`` holds)."""
 
-from mmgcu.rehearsal.report import first_error, fix_for, format_report, phases_of
+import json
 
-NOTICE = "mmgcu: torch_gcu is SIMULATED (T20: the torch_gcu 1.x API, xla:N; 2 cards)"
+from mmgcu.rehearsal.memory import MemoryFigure
+from mmgcu.rehearsal.phases import Phase
+from mmgcu.rehearsal.report import CardPeak, Error, Reads, Summary, summarise
+from tests.rehearsal.helpers import GIB, rank, t20_report
 
-
-def test_first_error_is_the_first_traceback_of_any_rank():
-    log = "\n".join(
-        [
-            NOTICE,
-            "11/26 - mmengine - INFO - mmgcu: SyncBN: 59 layer(s)",
-            "[rank1]: Traceback (most recent call last):",
-            '[rank1]:   File "train.py", line 104, in <module>',
-            "[rank1]:     main()",
-            "[rank1]: RuntimeError: modulated_deformable_im2col_impl: implementation for "
-            "device xla:1 not found.",
-            "[rank0]: Traceback (most recent call last):",
-            "[rank0]: KeyError: 'second'",
-        ]
-    )
-    assert first_error(log) == (
-        "RuntimeError: modulated_deformable_im2col_impl: implementation for device xla:1 not found."
-    )
-
-
-def test_first_error_follows_the_rank_whose_traceback_comes_first():
-    log = "\n".join(
-        [
-            "[rank1]: Traceback (most recent call last):",
-            "[rank0]: 11/26 - mmengine - INFO - Iter(train) [1/2]",
-            '[rank1]:   File "train.py", line 104, in <module>',
-            "[rank1]: KeyError: 'mIoU'",
-        ]
-    )
-    assert first_error(log) == "KeyError: 'mIoU'"
-    unmarked = "\n".join(  # torch 1.10: two ranks' tracebacks, no prefixes
-        [
-            "Traceback (most recent call last):",
-            '  File "train.py", line 104, in <module>',
-            "Traceback (most recent call last):",
-            "11/26 20:54:42 - mmengine - INFO - Checkpoints will be saved",
-            '  File "train.py", line 104, in <module>',
-            "IndexError: index 255 is out of bounds for dimension 0 with size 19",
-        ]
-    )
-    assert first_error(unmarked).startswith("IndexError: index 255 is out of bounds")
-    interleaved = "\n".join(  # torch 1.10: two ranks wrote the same traceback at once
-        [
-            "Traceback (most recent call last):",
-            "Traceback (most recent call last):",
-            "    label_weights = torch.stack([class_weight[cls] for cls in label",
-            'IndexError  File "cross_entropy_loss.py", line 66, in <listcomp>',
-            ": index 255 is out of bounds for dimension 0 with size 19",
-            "    label_weights = torch.stack([class_weight[cls] for cls in label",
-            "IndexError: index 255 is out of bounds for dimension 0 with size 19",
-        ]
-    )
-    assert first_error(interleaved) == (
-        "IndexError: index 255 is out of bounds for dimension 0 with size 19"
-    )
-    assert first_error("Traceback (most recent call last):\nKeyboardInterrupt\n") == (
-        "KeyboardInterrupt"
-    )
-    warning = f"{NOTICE}\n\nUserWarning: something\nmmgcu: the watchdog says hi\n"
-    assert first_error(warning) is None
+#: The keys of a rehearsal's report before its jobs ran, in rehearsal.json's order.
+KEYS = [
+    "config",
+    "hardware",
+    "api",
+    "cards",
+    "world",
+    "host_available",
+    "iters",
+    "scale",
+    "torch",
+    "work_dir",
+    "json",
+    "logs",
+    "notes",
+    "crop",
+    "config_crop",
+    "phases",
+    "error",
+    "summary",
+    "passed",
+]
 
 
-def test_first_error_takes_mmgcus_own_message_in_place_of_a_traceback():
-    gcu_error = f"{NOTICE}\n\nmmgcu: 12 processes, one per card, but this node has 8\n"
-    assert first_error(gcu_error) == "mmgcu: 12 processes, one per card, but this node has 8"
-    prefixed = f"{NOTICE}\n\n[rank1]: mmgcu: card 0 of vm is in use by another running job\n"
-    assert first_error(prefixed) == "mmgcu: card 0 of vm is in use by another running job"
-    collective = (
-        f"{NOTICE}\n\nRuntimeError: ProcessGroupGloo::allreduce: unsupported device type xla\n"
-        "mmgcu: mmdet/utils/dist_utils.py:20 (reduce_mean) calls torch.distributed's ...\n"
-        "mmgcu: rank 1 stops: rank 0 says why\n"
-    )
-    message = first_error(collective)
-    assert message.startswith("RuntimeError: ProcessGroupGloo::allreduce")
-    assert message.endswith("(reduce_mean) calls torch.distributed's ...")
-    assert first_error(f"{NOTICE}\nall well\n") is None
-    torchrun = (
-        'Traceback (most recent call last):\n  File "run.py", line 723\n'
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
-    )
-    killed = first_error(f"{NOTICE}\n{torchrun}  exitcode  : -9 (pid: 7702)  (SIGKILL)\n")
-    assert killed.startswith("a rank was killed by SIGKILL with no traceback (exitcode -9)")
-    assert "fewer --cards" in fix_for(killed)
+def figure(total: int, card: int) -> MemoryFigure:
+    steady = dict(measured=True, bytes=total, through=2)
+    return MemoryFigure(8, 0, 2, total, steady, [], total, total, card, total <= card)
 
 
-def test_fixes_name_the_op_and_its_layers():
-    message = "RuntimeError: modulated_deformable_im2col_impl: implementation for device xla:1"
-    ops = [
-        dict(op="ModulatedDeformConv2dPack", path="mmcv's compiled op: no card kernel", count=13)
-    ]
-    fix = fix_for(message + " not found.", ops)
-    assert "'modulated_deformable_im2col' has no kernel on a GCU card (xla:1)" in fix
-    assert "ModulatedDeformConv2dPack x13" in fix
-    gloo = fix_for("ProcessGroupGloo::allreduce: unsupported device type xla")
-    assert "allreduce on a gloo group" in gloo and "gloo_eccl" in gloo
-    assert fix_for("ZeroDivisionError: division by zero") is None
+def test_plain_values_keep_rehearsal_jsons_keys():
+    before = t20_report()
+    assert list(before.to_dict()) == KEYS
+    assert before.to_dict()["summary"] == {} and before.to_dict()["crop"] == [0, 0]
+    ran = t20_report(seconds=dict(train=3.5), phases=[Phase("build", "passed")])
+    ran.error = Error("train", "KeyError: 'x'")
+    values = ran.to_dict()
+    assert list(values) == KEYS + ["seconds"]  # no memory figure at the small scale
+    assert values["phases"] == [dict(name="build", status="passed", detail=None)]
+    assert values["error"] == dict(phase="train", message="KeyError: 'x'", fix=None)
+    real = t20_report(scale="real", seconds=dict(train=9.0), finish="mmgcu rehearse c.py --cards 1")
+    assert list(real.to_dict()) == KEYS + ["seconds", "memory", "finish"]
+    assert real.to_dict()["memory"] is None  # the rank did not finish its first iteration
+    json.dumps(real.to_dict())
 
 
-def rank(index, stage_iters=2, resumed_from=None, **extra):
-    phases = [dict(name=n) for n in ("build", "val", "train", "end")]
-    return dict(
-        rank=index,
-        card=index,
-        api="gcu1",
-        phases=phases,
-        param_devices=[f"xla:{index}"],
-        wrapper="GCU1DistributedDataParallel",
-        wrapped=True,
-        iterations=[
-            dict(iter=i + 1, host_reads=1, graph_runs=1, seconds=0.5) for i in range(stage_iters)
-        ],
-        resumed_from=resumed_from,
-        **extra,
-    )
+def test_it_passes_when_every_phase_passed_no_error_and_the_card_holds_the_job():
+    passed = [Phase("build", "passed"), Phase("val", "skipped")]
+    for case, expected in (
+        (t20_report(phases=passed), True),
+        (t20_report(phases=[]), False),
+        (t20_report(phases=passed + [Phase("resume", "failed")]), False),
+        (t20_report(phases=passed, error=Error("end", "exit status 1")), False),
+        (t20_report(phases=passed, memory=figure(33 * GIB, 32 * GIB)), False),
+        (t20_report(phases=passed, memory=figure(31 * GIB, 32 * GIB)), True),
+    ):
+        case.settle()
+        assert case.passed is expected, case
 
 
-def test_phases_stop_at_the_first_failure(tmp_path):
-    checkpoint = tmp_path / "iter_2.pth"
-    checkpoint.write_bytes(b"x")
-    train = {0: rank(0), 1: rank(1)}
-    resume = {0: rank(0, 1, 2), 1: rank(1, 1, 2)}
-    phases = phases_of(train, resume, 2, 2, "xla", str(checkpoint))
-    assert [p["status"] for p in phases] == ["passed"] * 7
-    misplaced = {0: rank(0), 1: dict(rank(1), param_devices=["cpu"])}
-    phases = phases_of(misplaced, {}, 2, 2, "xla", str(checkpoint))
-    assert [(p["name"], p["status"]) for p in phases][:3] == [
-        ("build", "passed"),
-        ("placement", "failed"),
-        ("wrap", "not run"),
-    ]
-    short = {0: rank(0, 1), 1: rank(1, 1)}
-    statuses = [p["status"] for p in phases_of(short, {}, 2, 2, "xla", None)]
-    assert statuses == ["passed"] * 3 + ["failed"] + ["not run"] * 3
-    unwrapped = {0: dict(rank(0), wrapped=False), 1: dict(rank(1), wrapped=False)}
-    phases = phases_of(unwrapped, {}, 2, 2, "xla", str(checkpoint))
-    assert phases[2] == dict(name="wrap", status="failed", detail="GCU1DistributedDataParallel")
-
-
-def test_a_config_without_validation_skips_it(tmp_path):
-    checkpoint = tmp_path / "iter_2.pth"
-    checkpoint.write_bytes(b"x")
-    train = {r: dict(rank(r), phases=[dict(name="build"), dict(name="train")]) for r in (0, 1)}
-    resume = {0: rank(0, 1, 2), 1: rank(1, 1, 2)}
-    phases = phases_of(train, resume, 2, 2, "xla", str(checkpoint), has_val=False)
-    assert [(p["name"], p["status"]) for p in phases][4:] == [
-        ("save", "passed"),
-        ("val", "skipped"),
-        ("resume", "passed"),
-    ]
-
-
-def test_the_text_names_each_phase_and_the_verdict():
-    phases = [dict(name=n, status="passed", detail=None) for n in ("build", "train")]
-    text = format_report(
-        dict(
-            config="c.py",
-            cards=2,
-            hardware="T20",
-            api="gcu1",
-            torch="1.10.2",
-            iters=2,
-            scale="small",
-            crop=[128, 128],
-            config_crop=[512, 512],
-            notes=["pretrained weights not found locally"],
-            phases=phases + [dict(name="val", status="failed", detail=None)],
-            error=dict(phase="val", message="KeyError: 'mIoU'", fix=None),
-            summary={},
-            json="r.json",
-            logs=["train.log"],
-            passed=False,
-        )
-    )
-    assert "note: pretrained weights not found locally" in text
-    assert "  val        failed" in text and "error (val): KeyError: 'mIoU'" in text
-    assert text.endswith("FAILED: fix the error above before the T20 sees this config")
+def test_the_summary_of_what_the_ranks_wrote():
+    train = {
+        r: dict(rank(r, 3), peak_bytes=(r + 1) * GIB, amp="float16", sync_bn=dict(layers=2))
+        for r in (0, 1)
+    }
+    for r in (0, 1):
+        for i, entry in enumerate(train[r]["iterations"]):
+            entry.update(host_reads=3 - min(i, 2), losses=dict(loss=1.0 - i / 10))
+    resume = {1: dict(rank(1, 1, 3), peak_bytes=3 * GIB)}
+    summary = summarise(train, resume, card_memory=2 * GIB + 1)
+    assert summary.cards == [CardPeak(0, 0, GIB, True), CardPeak(1, 1, 3 * GIB, False)]
+    assert (summary.peak_bytes, summary.fits) == (3 * GIB, False)
+    assert summary.host_reads_per_iter == Reads(first=3, later=1.5)
+    assert summary.graph_runs_per_step == 1  # a lazy card: its graphs too
+    assert (summary.graph.train["runs_later"], summary.graph.train["compiles_later"]) == (1, 0)
+    assert [e["iter"] for e in summary.losses] == [1, 2, 3]
+    assert summary.losses[1]["loss"] == 0.9 and summary.amp == "float16"
+    eager = {0: dict(rank(0, 2), lazy=False)}
+    for entry in eager[0]["iterations"]:
+        del entry["graph_runs"], entry["compiles"], entry["cuts"]
+    assert summarise(eager, {}, GIB).graph_runs_per_step is None
+    assert summarise(eager, {}, GIB).graph is None
+    assert summarise({}, {}, GIB) is None
+    assert isinstance(summary, Summary)

@@ -1,10 +1,11 @@
-"""A TCP port for a store of a job's own (torchrun's rendezvous, torch_gcu 1.x's ECCL store).
+"""TCP ports for a job's own store (torchrun's rendezvous, torch_gcu 1.x's ECCL store).
 
 A port the kernel hands out for ``bind(0)`` lies in its range for outgoing connections
 (``ip_local_port_range``, 32768-60999 by default). Between its choice and the store's bind,
 any connection another job opens may take it, and the store fails with ``EADDRINUSE``
 (``The server socket has failed to listen on any local network address``). So the port is
 drawn at random below that range, where only a listener can hold it, and checked free.
+A port the user gives is checked for a listener (:func:`port_in_use`).
 """
 
 import random
@@ -46,3 +47,15 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def port_in_use(port: int) -> bool:
+    """Whether a TCP port of this host has a listener (another job's store). A job that
+    just ended (its connections in TIME_WAIT) does not count: the store reuses the address."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False

@@ -2,7 +2,7 @@
 
 import socket
 
-from mmgcu.device import ports
+from mmgcu.launch import ports
 
 
 def test_a_port_below_the_outgoing_range_that_a_store_can_listen_on():
@@ -32,3 +32,12 @@ def test_without_room_below_the_range_the_kernel_chooses(tmp_path, monkeypatch):
     assert ports.outgoing_range_start() == 1024
     port = ports.free_port()
     assert 1024 <= port <= 65535
+
+
+def test_a_given_port_is_in_use_while_a_store_listens_on_it():
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert ports.port_in_use(port)
+    assert not ports.port_in_use(port)

@@ -1,4 +1,4 @@
-"""What ``mmgcu train`` and ``mmgcu test`` check in the config before any process starts.
+"""What ``mmgcu train``, ``test`` and ``rehearse`` check in the config before any process starts.
 
 A stock mmseg config (``mmseg::_base_/default_runtime.py``, no ``custom_imports``) runs
 mmengine's own Runner, whose ``init_dist`` calls ``torch.cuda.set_device`` on a GCU host:
@@ -6,14 +6,14 @@ every rank then prints a traceback ending ``module 'torch._C' has no attribute
 '_cuda_setDevice'``. The launcher reads the config once (mmengine's ``Config``, without
 importing the config's custom modules, so no torch) and names the two keys instead.
 
-Loaded by path from :mod:`mmgcu.cli.launch` (no mmgcu package needed); mmengine is imported
-only inside :func:`config_problem`, after the launcher has checked it is importable.
+Standard library at import, as the rest of :mod:`mmgcu.launch`; mmengine is imported only
+inside :func:`config_problem`, after the launcher has checked it is importable.
 """
 
 from typing import List, Optional
 
-#: The base config that sets both keys, as ``mmgcu configs`` names it.
-BASE = "_base_/gcu_runtime.py"
+from .configs import BASE
+
 KEYS = (
     "custom_imports = dict(imports=['mmgcu'], allow_failed_imports=False) and "
     "runner_type = 'GCURunner'"

@@ -5,7 +5,7 @@ from unittest import mock
 
 import pytest
 
-from mmgcu.device import cards
+from mmgcu.launch import cards
 
 EFSMI_CLASSIC = """\
 --------------------------------------------------------------------------------
