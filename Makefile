@@ -124,7 +124,8 @@ conformance: install install-t20 install-xla
 
 # Five of the zoo's stock configs on torch_xla and on the simulated card (torch_xla's
 # lowerings and the T20's), with and without mmgcu keeping their graph whole: the table in
-# docs/xla_zoo.md. About an hour on 2 cores (torch_xla compiles on the CPU).
+# docs/xla_zoo.md. About an hour on 2 cores (torch_xla compiles on the CPU); a rerun runs only
+# the cells that zoo_results/xla_zoo.json lacks or that failed.
 xla-zoo: install install-t20 install-xla
 	$(PY) -m tests.conformance.xla_zoo table --out docs/xla_zoo.md
 

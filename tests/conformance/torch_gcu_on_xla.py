@@ -22,6 +22,7 @@ class JitRunMode(enum.Enum):
 
 def install() -> types.ModuleType:
     """Make ``import torch_gcu`` give this API over torch_xla's one CPU device."""
+    import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
@@ -47,6 +48,12 @@ def install() -> types.ModuleType:
     module.sync_lived_tensor = lambda device=None, mode=None: xm.mark_step()
     module.collect_buffers = lambda model: [b.data for b in model.buffers()]
     module.metrics_report = met.metrics_report
+    # torch_gcu 1.x's DDP class (torch_gcu.nn.parallel); one process builds none, but
+    # mmgcu asks which class it is
+    module.nn = types.ModuleType("torch_gcu.nn")
+    module.nn.parallel = types.SimpleNamespace(
+        DistributedDataParallel=torch.nn.parallel.DistributedDataParallel
+    )
     module.distributed = types.ModuleType("torch_gcu.distributed")
     module.distributed.is_eccl_available = lambda: False
     sys.modules["torch_gcu"] = module

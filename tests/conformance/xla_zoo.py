@@ -21,7 +21,8 @@ simulated T20 card with the lowering profile that ``MMGCU_SIM_XLA`` names.
 torch_xla 2.9's lowerings, ``xla-cpu``; the simulated card with the T20's, ``t20``), each
 run a process of its own (a fresh compile cache, as a job has), and writes the markdown
 table (``make xla-zoo``). It takes about an hour on 2 cores: torch_xla compiles each
-graph on the CPU.
+graph on the CPU. Each cell's result is kept in ``zoo_results/xla_zoo.json`` (``--results``),
+and a rerun runs only the cells missing or failed there: delete it for a table of one run.
 """
 
 import argparse
@@ -158,18 +159,39 @@ def _cell(result: dict) -> str:
     return text + (f" ({', '.join(fallbacks)})" if fallbacks else "")
 
 
-def table(args) -> int:
+def _kept(path: str) -> Dict[str, dict]:
+    """The cells an earlier ``table`` run left in ``path``, by ``family|whole|card``."""
+    if not osp.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _run_cells(families: List[str], path: str) -> Dict[str, dict]:
+    """Each cell's result, run unless ``path`` keeps it from an earlier run without an error
+    (an hour's table survives one failed cell); ``path`` is rewritten after each cell."""
     sys.path.insert(0, osp.join(REPO, "tools"))
     from zoo import run_stamp
 
-    stamp, families = run_stamp(), args.families or list(FAMILIES)
-    results = {}
-    for family in families:
-        for whole in (False, True):
-            for card in CARDS:
-                results[(family, whole, card)] = _run_one(card, family, whole)
-                print(f"xla-zoo: {family} whole={whole} {card}: "
-                      f"{_cell(results[(family, whole, card)])}", flush=True)  # fmt: skip
+    kept, stamp = _kept(path), run_stamp()
+    for family, whole, card in ((f, w, c) for f in families for w in (False, True) for c in CARDS):
+        key = f"{family}|{whole}|{card}"
+        if "error" in kept.get(key, {"error": None}):
+            kept[key] = dict(_run_one(card, family, whole), run=stamp)
+            os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(kept, f, indent=1)
+        print(f"xla-zoo: {family} whole={whole} {card}: {_cell(kept[key])}", flush=True)
+    return kept
+
+
+def table(args) -> int:
+    families = args.families or list(FAMILIES)
+    kept = _run_cells(families, args.results)
+    results = {
+        (f, w, c): kept[f"{f}|{w}|{c}"] for f in families for w in (False, True) for c in CARDS
+    }
+    runs = sorted({r["run"] for r in results.values()})
     lines = [
         "# Stock configs on torch_xla and on the simulated T20 card",
         "",
@@ -184,7 +206,7 @@ def table(args) -> int:
         "",
         "Each cell: graph runs of each iteration; graphs compiled after the 2 of warm-up;",
         "validation's compiles / graph runs; the ops that fell back to the CPU after warm-up.",
-        f"Run started {stamp}.",
+        "Runs started " + "; ".join(runs) + ".",
         "",
         "| family | gcu_whole_graph | " + " | ".join(CARDS) + " |",
         "|---|---|" + "---|" * len(CARDS),
@@ -208,6 +230,11 @@ def main(argv=None) -> int:
     p = sub.add_parser("table")
     p.add_argument("families", nargs="*")
     p.add_argument("--out", required=True)
+    p.add_argument(
+        "--results",
+        default=osp.join(REPO, "zoo_results", "xla_zoo.json"),
+        help="each cell's result; a rerun runs only the cells missing or failed there",
+    )
     args = parser.parse_args(argv)
     if args.command == "table":
         return table(args)
