@@ -12,6 +12,18 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 import zoo  # noqa: E402
 
 
+def table(tmp_path, main, t20) -> str:
+    """The markdown ``tools/zoo.py table`` writes from the two legs' rows."""
+    paths = []
+    for leg, rows in (("main", main), ("t20", t20)):
+        path = tmp_path / f"{leg}.json"
+        path.write_text(json.dumps(dict(leg=leg, label=zoo.LEGS[leg][1], rows=rows)))
+        paths.append(str(path))
+    out = tmp_path / "zoo.md"
+    assert zoo.main(["table", *paths, "--out", str(out)]) == 0
+    return out.read_text()
+
+
 def test_every_family_names_a_stock_config_of_mmseg():
     import mmseg
 
@@ -59,14 +71,7 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
         row("dinov2", changed="1 image per card"),
         row("dcn"),
     ]
-    paths = []
-    for leg, rows in (("main", main), ("t20", t20)):
-        path = tmp_path / f"{leg}.json"
-        path.write_text(json.dumps(dict(leg=leg, label=zoo.LEGS[leg][1], rows=rows)))
-        paths.append(str(path))
-    out = tmp_path / "zoo.md"
-    assert zoo.main(["table", *paths, "--out", str(out)]) == 0
-    text = out.read_text()
+    text = table(tmp_path, main, t20)
     lines = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     assert lines["fcn"].endswith("| yes |")
     assert lines["drift"].endswith("| **no** |")  # 5e-4 apart
@@ -101,14 +106,7 @@ def test_the_graph_table_shows_the_lazy_legs_graphs_and_cuts(tmp_path):
     )
     main = [row("fcn")]
     t20 = [row("fcn", graph=zoo.graph_row(graph))]
-    paths = []
-    for leg, rows in (("main", main), ("t20", t20)):
-        path = tmp_path / f"{leg}.json"
-        path.write_text(json.dumps(dict(leg=leg, label=zoo.LEGS[leg][1], rows=rows)))
-        paths.append(str(path))
-    out = tmp_path / "zoo.md"
-    assert zoo.main(["table", *paths, "--out", str(out)]) == 0
-    text = out.read_text()
+    text = table(tmp_path, main, t20)
     assert f"## The lazy graph, {zoo.LEGS['t20'][1]}" in text
     assert f"## The lazy graph, {zoo.LEGS['main'][1]}" not in text  # S60 cards keep no graph
     assert "| fcn | 2.0 | 0 | 5 / 8 / 6 | 1.0 | aten::nonzero (fallback) at head.py:12 |" in text
