@@ -101,6 +101,8 @@ zoo: install install-t20
 	tools/install_t20.sh $(T20_PY) --mmdet
 	$(PY) tools/zoo.py run --leg main --out zoo_results/main.json
 	$(T20_PY) tools/zoo.py run --leg t20 --out zoo_results/t20.json
+	$(PY) tools/zoo.py plain --out zoo_results/main.json --other zoo_results/t20.json
+	$(T20_PY) tools/zoo.py plain --out zoo_results/t20.json --other zoo_results/main.json
 	$(PY) tools/zoo.py table zoo_results/main.json zoo_results/t20.json --out docs/zoo.md
 
 # ruff, and the T20 stack's Python: everything outside the v2 backend must parse on 3.8.

@@ -1,14 +1,18 @@
 """mmseg's model zoo, one stock config per family, rehearsed on 2 simulated cards per leg.
 
     python tools/zoo.py run --leg main|t20 --out zoo_results/LEG.json [--only FAMILY,...]
+    python tools/zoo.py plain --out zoo_results/LEG.json --other zoo_results/OTHER.json
     python tools/zoo.py table zoo_results/main.json zoo_results/t20.json --out docs/zoo.md
 
-``run`` rehearses each family (:func:`mmgcu.rehearsal.rehearse`, ``--scale small``, 2
+``run`` rehearses each family (:func:`mmgcu.rehearsal.rehearse`, ``--scale small``, 3
 iterations, validation, checkpoint, resume) with this leg's python: the main leg (torch 2.x)
 on simulated S60 cards (torch_gcu 2.x), the T20 leg (Python 3.8, torch 1.10) on simulated T20
 cards (torch_gcu 1.x). Each config is mmseg's own, with the two keys mmgcu needs added in a
 config of one line (as a user does). Results are written after every family. ``table``
-writes the markdown table of both legs (``make zoo`` runs all three).
+writes the markdown table of both legs. ``plain`` trains, with this leg's python, the
+rehearsal config of each family whose losses differ between the legs on the plain CPU
+(``tools/plain_cpu.py``), so that the table tells the torch builds' own difference from
+mmgcu's (``make zoo`` runs them all).
 """
 
 import argparse
@@ -173,6 +177,7 @@ def rehearse_family(family, config, needs, leg, work_root) -> dict:
         iters=ITERS,
         scale="small",
         work_dir=osp.join(work_root, family),
+        seed_each_step=True,  # S60's cards draw the random numbers a T20's draw
     )
     for ckpt in glob.glob(osp.join(work_root, family, "*.pth")):
         os.remove(ckpt)  # ViT-L's are GBs; the row keeps what the table needs
@@ -266,6 +271,73 @@ def run(args) -> int:
     return 0
 
 
+PLAIN = osp.join(REPO, "tools", "plain_cpu.py")
+
+
+def differ(row, peer) -> bool:
+    """Whether two legs' float32 rows of a family both passed and their losses differ."""
+    ran = [r for r in (row, peer) if r and r["result"] == "passed" and r.get("losses")]
+    amp = any(r.get("amp") or "amp" in r["config"] for r in ran)
+    return len(ran) == 2 and not amp and not agree(row["losses"], peer["losses"])
+
+
+def plain_losses(work_root: str, family: str) -> dict:
+    """The family's rehearsal config trained on the plain CPU by this python
+    (tools/plain_cpu.py): ``{'losses': [...]}`` or ``{'error': ...}``."""
+    import subprocess
+
+    folder = osp.join(work_root, family)
+    config = osp.join(folder, "rehearsal", f"{family}_rehearsal.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MMGCU_")}
+    cmd = [sys.executable, PLAIN, config, osp.join(folder, "plain"), str(ITERS)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    if done.returncode == 0 and last.startswith("{"):
+        return json.loads(last)
+    return dict(error=(done.stderr.strip().splitlines() or ["no output"])[-1][:300])
+
+
+def plain(args) -> int:
+    """Each row of ``--out`` whose losses differ from ``--other``'s gets the plain CPU's."""
+    with open(args.out) as f:
+        results = json.load(f)
+    with open(args.other) as f:
+        others = {r["family"]: r for r in json.load(f)["rows"]}
+    work_root = osp.join(osp.dirname(osp.abspath(args.out)), f"work-{results['leg']}")
+    import torch
+
+    for row in results["rows"]:
+        row.pop("plain", None)
+        if differ(row, others.get(row["family"])):
+            row["plain"] = dict(plain_losses(work_root, row["family"]), torch=torch.__version__)
+            print(f"zoo {results['leg']}: {row['family']:<14} plain CPU {row['plain']}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    return 0
+
+
+def agreement(rows) -> str:
+    """The table's last cell: whether the first two legs' losses agree, and where float32
+    rows differ, whether the torch builds differ on the plain CPU too."""
+    ran = [r for r in rows if r and r["result"] == "passed"]
+    if len(ran) < 2:
+        return "-"
+    if agree(ran[0]["losses"], ran[1]["losses"]):
+        return "yes"
+    if any(r.get("amp") or "amp" in r["config"] for r in ran):  # each autocast its own ops
+        return (
+            "within 1e-2 (AMP)"
+            if agree(*[r["losses"] for r in ran[:2]], rel=1e-2)
+            else "**no** (AMP)"
+        )
+    cpu = [(r.get("plain") or {}).get("losses") for r in ran[:2]]
+    if None in cpu:
+        return "**no**"
+    if agree(*cpu):
+        return f"**no**; the plain CPU agrees: {_losses(dict(losses=cpu[0]))}"
+    return "no, nor the plain CPU: " + " ; ".join(_losses(dict(losses=c)) for c in cpu)
+
+
 def upstream(row) -> Tuple[str, str]:
     """Where and why a failed row fails outside mmgcu, or ``('', '')``."""
     text, where, why = UPSTREAM.get(row["family"], ("", "", ""))
@@ -321,10 +393,13 @@ def table(args) -> int:
         f"Losses are those of iterations 1 to {ITERS} on rank 0, compared at 1e-4 (relative); in",
         "configs with AMP each leg halves the ops its own autocast lists (torch 2.13's for",
         "torch_gcu 2.x, torch 1.10's GPU policy for torch_gcu 1.x), with each torch's half",
-        "kernels, so those are compared at 1e-2. Where a float32 row differs after iteration 1,",
-        "the two torch builds differ on the CPU alone: HRNet's rehearsal config trained on",
-        "the plain CPU (one process, no simulator; 2026-11-26) gave losses 1.857054 / 2.546101",
-        "/ 2.196454 on torch 2.13 and 1.857054 / 2.546244 / 2.202481 on torch 1.10.",
+        "kernels, so those are compared at 1e-2. A T20 card draws a new seed after each step",
+        "(torch_xla's step seed); the S60 leg's cards are seeded the same way",
+        "(`rehearse(seed_each_step=True)`), so that dropout draws the same numbers on both legs.",
+        "Where a float32 row differs, `tools/plain_cpu.py` trains that leg's rehearsal config",
+        f"{ITERS} iterations on the plain CPU (one process, no simulator, no mmgcu) with",
+        "each leg's torch: 'no, nor the plain CPU' gives those losses, which differ as much,",
+        "so the two torch builds differ without mmgcu.",
         "",
         "Runs: "
         + "; ".join(f"{leg['leg']} {leg.get('run', 'not recorded')}" for leg in legs)
@@ -342,15 +417,8 @@ def table(args) -> int:
         rows = [rows.get(family) for rows in by_leg]
         config = next(r["config"] for r in rows if r)
         losses = " ; ".join(_losses(r) for r in rows)
-        ran = [r.get("losses") for r in rows if r and r["result"] == "passed"]
-        amp = any(r and (r.get("amp") or "amp" in r["config"]) for r in rows)
-        agreed = "-"
-        if len(ran) >= 2:
-            agreed = "yes" if agree(*ran[:2]) else "**no**"
-            if amp and agreed != "yes":  # each generation's autocast halves its own ops
-                agreed = "within 1e-2 (AMP)" if agree(*ran[:2], rel=1e-2) else "**no** (AMP)"
         cells = " | ".join(_cell(r) for r in rows)
-        lines.append(f"| {family} | `{config}` | {cells} | {losses} | {agreed} |")
+        lines.append(f"| {family} | `{config}` | {cells} | {losses} | {agreement(rows)} |")
         for leg, row in zip(legs, rows):
             if row and row["result"] != "passed":
                 problems.append(problem(family, leg, row))
@@ -463,6 +531,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--only", help="comma-separated families (their rows replace those in --out)")
     p.set_defaults(func=run)
+    p = sub.add_parser("plain", help="the plain CPU's losses where two legs' losses differ")
+    p.add_argument("--out", required=True, help="this leg's results (rows gain 'plain')")
+    p.add_argument("--other", required=True, help="the other leg's results")
+    p.set_defaults(func=plain)
     p = sub.add_parser("table", help="the markdown table of the legs' results")
     p.add_argument("results", nargs="+")
     p.add_argument("--out", required=True)

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 import torch
 
 from ..errors import GCUError
-from .base import Accelerator, CardGroup
+from .base import Accelerator, CardGroup, step_seed
 from .cards import (
     GENERATION_ALIASES,
     count_cards,
@@ -32,6 +32,7 @@ __all__ = [
     "parse_efsmi",
     "physical_card",
     "select_accelerator",
+    "step_seed",
     "visible_devices",
 ]
 

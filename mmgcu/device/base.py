@@ -92,6 +92,13 @@ class CardGroup:
         return f"CardGroup({self.name}, world_size={self.world_size})"
 
 
+def step_seed(seed: int) -> int:
+    """The card seed that follows ``seed`` at a step marker of an XLA card: torch_xla's
+    ``MarkStep`` (v1.10 ``torch_xla/csrc/tensor.cpp``: ``seed = 1012031 + seed * 7012063``),
+    kept in 32 bits, the range of torch_gcu 1.x's ``manual_seed_all``."""
+    return (1012031 + 7012063 * int(seed)) % 2**32
+
+
 class Accelerator:
     """The device operations mmgcu needs, for one kind of device.
 
@@ -116,6 +123,9 @@ class Accelerator:
     #: has not seen (torch_gcu 1.x: XLA devices). mmgcu keeps such a card's step to one
     #: graph and its validation to a few shapes (:mod:`mmgcu.model.whole_graph`).
     lazy = False
+    #: Whether the accelerator seeds the cards anew after each step by itself
+    #: (:func:`step_seed`; torch_gcu 1.x, whose step is not a step marker).
+    seeds_each_step = False
     #: Whether the card keeps freed memory in a cache that :meth:`empty_cache` gives back.
     caches_memory = False
     #: Whether cuDNN runs the card's convolutions (``env_cfg.cudnn_benchmark`` is for it).

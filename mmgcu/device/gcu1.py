@@ -62,7 +62,7 @@ import torch
 from ..errors import GCUError
 from ..launch.ports import free_port
 from . import gcu1_dist
-from .base import Accelerator, CardGroup, simulated
+from .base import Accelerator, CardGroup, simulated, step_seed
 
 #: ``env_cfg.gcu_jit_mode`` values; None picks ASYNC for several ranks, SAFEASYNC for one,
 #: as Enflame's own training scripts do.
@@ -77,6 +77,7 @@ class GCU1Accelerator(Accelerator):
     device_type = "xla"
     is_gcu = True
     lazy = True
+    seeds_each_step = True
     default_pg_backend = gcu1_dist.BACKEND
     #: Plain gloo too, if a config asks for it: mmengine's collectives and the card group
     #: work as on gloo_eccl, but model code's torch.distributed calls on card tensors fail.
@@ -131,12 +132,12 @@ class GCU1Accelerator(Accelerator):
 
     def _next_seed(self) -> None:
         """A new seed after each step's graph, as torch_xla's step marker makes one
-        (seed' = 1012031 + 7012063 seed): a random op's seed is IR that chains on the last
+        (:func:`~.base.step_seed`): a random op's seed is IR that chains on the last
         one until a step marker or a new seed restarts it, and 1.x's step (_sync_multi,
         torch_xla's sync of listed tensors) is not a marker, so a model with dropout would
         compile a longer graph every step. ASSUMED: torch_gcu keeps torch_xla's chain (its
         source shows the Python layer only); a new seed costs a host call either way."""
-        self._card_seed = (1012031 + 7012063 * self._card_seed) % 2**32
+        self._card_seed = step_seed(self._card_seed)
         self.torch_gcu.manual_seed_all(self._card_seed)
 
     def check_collectives(self) -> None:

@@ -7,6 +7,11 @@ the lazy graph's runs, compiles and their causes, each card's peak bytes) are ho
 Each rank writes ``rehearsal/rank{R}-{stage}.json`` in the work dir after every phase it
 reaches, so a rank that fails leaves what it had done; ``stage`` is ``train``, or
 ``resume`` when the run started from a checkpoint.
+
+With :data:`SEED_EACH_STEP_ENV` set, a card that keeps its seed across steps (an eager
+one: S60, CUDA) is seeded anew after each step as a T20 card is (:func:`mmgcu.device.step_seed`),
+so that the two generations' rehearsals of a config draw the same random numbers and their
+losses can be compared step by step (``make zoo``). A real S60 does not do it.
 """
 
 import json
@@ -23,10 +28,13 @@ from mmengine.registry import HOOKS
 
 from .. import sim
 from ..binding import CardBound
+from ..device import step_seed
 from ..model.whole_graph import changes
 from ..runtime.files import write_text_atomically
 
 OUT_DIR = "rehearsal"
+#: Set (to 1) in a rehearsal job's environment: eager cards are seeded as a T20's are.
+SEED_EACH_STEP_ENV = "MMGCU_REHEARSAL_SEED_EACH_STEP"
 
 
 def sync_bn_layers(model: torch.nn.Module) -> Dict[str, object]:
@@ -135,6 +143,7 @@ class RehearsalHook(CardBound, Hook):
         self._mark: Optional[Mark] = None
         self._val_images = 0
         self._lazy = False
+        self._step_seed: Optional[int] = None
 
     # ------------------------------------------------------------------ recording
     def _phase(self, runner, name: str, **facts) -> None:
@@ -182,6 +191,10 @@ class RehearsalHook(CardBound, Hook):
         self.report["optim_wrapper"] = type(wrapper).__name__
         self.report["start_iter"] = runner.iter
         self._mark = Mark(self._lazy)
+        accelerator = self.card_accelerator()
+        if os.environ.get(SEED_EACH_STEP_ENV) == "1" and accelerator is not None:
+            # GCURunner seeded the cards with the runner's seed, as a T20's chain starts
+            self._step_seed = None if accelerator.seeds_each_step else runner.seed
         self._write(runner)
 
     def _peak(self) -> None:
@@ -204,6 +217,9 @@ class RehearsalHook(CardBound, Hook):
         self.report["iterations"].append(entry)
         self._peak()
         self._write(runner)
+        if self._step_seed is not None:
+            self._step_seed = step_seed(self._step_seed)
+            self.card_accelerator().manual_seed_all(self._step_seed)
 
     def after_train(self, runner) -> None:
         self._phase(runner, "train")

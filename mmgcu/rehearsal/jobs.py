@@ -23,12 +23,13 @@ from ..launch import torchrun
 from ..launch.cards import SIMULATE_ENV
 from ..runtime.locks import LOCK_DIR_ENV
 from .errors import RehearsalError
+from .hook import SEED_EACH_STEP_ENV
 
 #: The file that marks a rehearsal's work dir (its report), which a later rehearsal clears.
 MARK = "rehearsal.json"
 #: Simulator settings of the shell that the jobs do not take: each job's cards are the
 #: hardware's, and each job's log says that its cards are simulated.
-SIMULATOR_VARS = ("MMGCU_SIMULATE_API", "MMGCU_SIMULATE_NOTICE")
+SIMULATOR_VARS = ("MMGCU_SIMULATE_API", "MMGCU_SIMULATE_NOTICE", SEED_EACH_STEP_ENV)
 
 
 def prepare_work_dir(work_dir: str, config: str) -> None:

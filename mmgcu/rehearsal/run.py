@@ -21,7 +21,7 @@ from ..launch.cards import HARDWARE
 from ..runtime.files import write_text_atomically
 from . import data, host, memory, plan
 from .errors import RehearsalError
-from .hook import OUT_DIR
+from .hook import OUT_DIR, SEED_EACH_STEP_ENV
 from .jobs import MARK, Jobs, job_env, prepare_work_dir
 from .logs import first_error, fix_for
 from .phases import blame, failed_to_start, failing_job, first_failed, phases_of
@@ -169,6 +169,7 @@ def run_rehearsal(
     cfg_options: Optional[Dict[str, object]] = None,
     work_dir: Optional[str] = None,
     echo: Callable[[str], None] = lambda line: None,
+    seed_each_step: bool = False,
 ) -> Report:
     """Rehearse ``config`` on ``cards`` simulated cards of ``hardware`` ('t20': torch_gcu
     1.x; 's60': 2.x) and return the report (also written as ``rehearsal.json`` in the work
@@ -176,6 +177,8 @@ def run_rehearsal(
     measures a card for a job of ``cards`` (:mod:`mmgcu.rehearsal.memory`). ``iters``
     defaults to :data:`~.plan.DEFAULT_ITERS` of the scale. ``cfg_options`` are merged as
     train.py's ``--cfg-options`` are. ``echo`` receives one line per step as it happens.
+    ``seed_each_step`` seeds eager cards (S60) anew after each step as a T20's are, for a
+    step-by-step comparison of the two generations (:data:`~.hook.SEED_EACH_STEP_ENV`).
     Raises :class:`~.errors.RehearsalError` for what it refuses before any job starts."""
     import torch
 
@@ -185,6 +188,8 @@ def run_rehearsal(
     stem = osp.splitext(osp.basename(config))[0]
     work_dir = osp.abspath(work_dir or osp.join("work_dirs", f"{stem}_rehearsal"))
     env = job_env(os.environ, hardware, ranks, work_dir, host.heap_env(scale))
+    if seed_each_step:
+        env[SEED_EACH_STEP_ENV] = "1"
     script = _launchable(torchrun.train_script, env)
     prepare_work_dir(work_dir, config)
     report = Report(
@@ -222,10 +227,20 @@ def rehearse(
     cfg_options: Optional[Dict[str, object]] = None,
     work_dir: Optional[str] = None,
     echo: Callable[[str], None] = lambda line: None,
+    seed_each_step: bool = False,
 ) -> dict:
     """:func:`run_rehearsal`'s report (same arguments) as plain values, what
     ``rehearsal.json`` holds."""
     report = run_rehearsal(
-        config, cards, hardware, iters, scale, card_memory_gib, cfg_options, work_dir, echo
+        config,
+        cards,
+        hardware,
+        iters,
+        scale,
+        card_memory_gib,
+        cfg_options,
+        work_dir,
+        echo,
+        seed_each_step,
     )
     return report.to_dict()

@@ -445,31 +445,32 @@ def mmgcu_loops(be):
         def after_val_epoch(self, runner, metrics=None):
             self.val = delta(be.counts(), self.mark)
 
-    root = tempfile.mkdtemp(prefix="mmgcu-conformance-")
-    cfg = Config.fromfile(osp.join(osp.dirname(__file__), "..", "..", TINY_CONFIG))
-    dataset = dict(cfg.train_dataloader.dataset, data_root=root)
-    model = dict(decode_head=dict(num_classes=4, ignore_index=IGNORE))
-    write_dataset(root, dataset, "train", [(64, 64)] * 8, model)
-    sizes = [(48, round(48 * a)) if a >= 1 else (round(48 / a), 48) for a in ASPECTS]
-    write_dataset(root, dataset, "val", sizes, model, seed=1)
-    for loader in ("train_dataloader", "val_dataloader"):
-        split = "train" if loader.startswith("train") else "val"
-        cfg[loader].dataset.update(
-            data_root=root,
-            data_prefix=dict(img_path=f"img_dir/{split}", seg_map_path=f"ann_dir/{split}"),
-            ann_file=f"{split}.txt",
-        )
-        cfg[loader].update(num_workers=0, persistent_workers=False)
-    cfg.train_cfg = dict(type="IterBasedTrainLoop", max_iters=4, val_interval=4)
-    cfg.default_hooks.logger.interval = 1
-    cfg.default_hooks.checkpoint = dict(type="CheckpointHook", interval=100)
-    cfg.work_dir = osp.join(root, "work")
-    cfg.launcher = "none"
-    runner = GCURunner.from_cfg(cfg)
-    count = Count()
-    runner.register_hook(count)
-    runner.train()
-    return dict(steps=count.steps, val=count.val)
+    # the data and the work dir go with the run: a run leaves nothing in the temp folder
+    with tempfile.TemporaryDirectory(prefix="mmgcu-conformance-") as root:
+        cfg = Config.fromfile(osp.join(osp.dirname(__file__), "..", "..", TINY_CONFIG))
+        dataset = dict(cfg.train_dataloader.dataset, data_root=root)
+        model = dict(decode_head=dict(num_classes=4, ignore_index=IGNORE))
+        write_dataset(root, dataset, "train", [(64, 64)] * 8, model)
+        sizes = [(48, round(48 * a)) if a >= 1 else (round(48 / a), 48) for a in ASPECTS]
+        write_dataset(root, dataset, "val", sizes, model, seed=1)
+        for loader in ("train_dataloader", "val_dataloader"):
+            split = "train" if loader.startswith("train") else "val"
+            cfg[loader].dataset.update(
+                data_root=root,
+                data_prefix=dict(img_path=f"img_dir/{split}", seg_map_path=f"ann_dir/{split}"),
+                ann_file=f"{split}.txt",
+            )
+            cfg[loader].update(num_workers=0, persistent_workers=False)
+        cfg.train_cfg = dict(type="IterBasedTrainLoop", max_iters=4, val_interval=4)
+        cfg.default_hooks.logger.interval = 1
+        cfg.default_hooks.checkpoint = dict(type="CheckpointHook", interval=100)
+        cfg.work_dir = osp.join(root, "work")
+        cfg.launcher = "none"
+        runner = GCURunner.from_cfg(cfg)
+        count = Count()
+        runner.register_hook(count)
+        runner.train()
+        return dict(steps=count.steps, val=count.val)
 
 
 TINY_CONFIG = "configs/tiny/fcn_r18-tiny_8xgcu_synthetic-64x64.py"

@@ -123,11 +123,13 @@ def rehearsed(be, family: str, whole: bool) -> Dict[str, object]:
         def after_val_epoch(self, runner, metrics=None):
             self.val = delta(be.counts(), self.mark)
 
-    cfg, sizes = _config(family, whole, tempfile.mkdtemp(prefix=f"mmgcu-xla-zoo-{family}-"))
-    runner = GCURunner.from_cfg(cfg)
-    count = Count()
-    runner.register_hook(count)
-    runner.train()
+    # the synthetic data and the work dir (hundreds of MB) go with the run
+    with tempfile.TemporaryDirectory(prefix=f"mmgcu-xla-zoo-{family}-") as root:
+        cfg, sizes = _config(family, whole, root)
+        runner = GCURunner.from_cfg(cfg)
+        count = Count()
+        runner.register_hook(count)
+        runner.train()
     out = dict(steps=count.steps, val=count.val, val_images=len(sizes), val_sizes=len(set(sizes)))
     return dict(out, val_per_image=count.images)
 

@@ -275,3 +275,46 @@ def test_a_stock_config_without_mmgcus_keys_fails_as_the_launch_would(tmp_path):
     assert report["phases"] == [dict(name="build", status="failed", detail=None)]
     assert "would run on mmengine's own Runner" in report["error"]["message"]
     assert "error (build)" in out
+
+
+@pytest.mark.skipif(TORCH_1, reason="S60 cards (torch_gcu 2.x) are the main leg's")
+def test_seed_each_step_gives_an_s60_the_random_numbers_of_a_t20(tmp_path):
+    """A T20 card draws a new seed after each step (torch_xla's step seed), so with dropout
+    an S60's iteration 2 differs from a T20's; seeded as a T20 is, an S60's equals it. An
+    S60 left alone trains what the plain CPU trains (tools/plain_cpu.py: one process, no
+    simulator, no mmgcu)."""
+    from mmgcu.rehearsal import rehearse as run
+
+    losses = {}
+    for hardware, seeded in (("t20", False), ("s60", False), ("s60", True)):
+        report = run(
+            TINY,
+            cards=1,
+            hardware=hardware,
+            iters=2,
+            cfg_options={"model.decode_head.dropout_ratio": 0.5},
+            work_dir=str(tmp_path / f"{hardware}-{seeded}"),
+            seed_each_step=seeded,
+        )
+        assert report["passed"], report.get("error")
+        losses[hardware, seeded] = [e["loss"] for e in report["summary"]["losses"]][:2]
+    t20 = losses["t20", False]
+    assert losses["s60", False][0] == t20[0] and losses["s60", False][1] != t20[1]
+    assert losses["s60", True] == t20
+    config = tmp_path / "s60-False" / "rehearsal" / f"{osp.basename(TINY)[:-3]}_rehearsal.py"
+    plain = subprocess.run(
+        [
+            sys.executable,
+            osp.join(REPO, "tools", "plain_cpu.py"),
+            str(config),
+            str(tmp_path / "plain"),
+            "2",
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    cpu = json.loads(plain.stdout.strip().splitlines()[-1])["losses"]
+    assert cpu == pytest.approx(losses["s60", False], rel=1e-6)

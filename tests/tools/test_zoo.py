@@ -47,6 +47,8 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
     main = [
         row("fcn"),
         row("drift", losses=(1.0, 2.001)),
+        row("kernels", losses=(1.0, 2.001), plain=dict(losses=[3.0, 4.001])),
+        row("ours", losses=(1.0, 2.001), plain=dict(losses=[3.0, 4.0])),
         row("bisenetv2", losses=(10.08398, 13.84599), amp="float16"),
         row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
         row("mask2former"),
@@ -57,6 +59,8 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
     t20 = [
         row("fcn"),
         row("drift"),
+        row("kernels", plain=dict(losses=[3.0, 4.0])),
+        row("ours", plain=dict(losses=[3.0, 4.0])),
         row("bisenetv2", losses=(10.08365, 13.82712), amp="float16"),
         row("cgnet", "failed", (), phase="train", reason="IndexError: index 255 is out of bounds"),
         row("mask2former"),
@@ -75,6 +79,11 @@ def test_the_table_compares_losses_and_names_who_fails(tmp_path):
     lines = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     assert lines["fcn"].endswith("| yes |")
     assert lines["drift"].endswith("| **no** |")  # 5e-4 apart
+    # the torch builds' own difference, from the plain CPU, or mmgcu's where those agree
+    assert lines["kernels"].endswith(
+        "| no, nor the plain CPU: 3.00000 / 4.00100 ; 3.00000 / 4.00000 |"
+    )
+    assert lines["ours"].endswith("| **no**; the plain CPU agrees: 3.00000 / 4.00000 |")
     assert lines["bisenetv2"].endswith("| within 1e-2 (AMP) |")
     assert "| fails in mmseg (train) | fails in mmseg (train) |" in lines["cgnet"]
     assert lines["mask2former"].endswith(
