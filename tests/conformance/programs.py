@@ -194,6 +194,28 @@ def empty_index(be):
     return out
 
 
+def composite_ops(be):
+    """Ops torch_xla lowers whole that torch gives a composite kernel too: ``repeat`` (as
+    mmdet's MaskFormer and Mask2Former repeat their queries and point coordinates, and
+    mmseg's EMANet its bases), ``tile``, ``mv``; train steps whose graph none of them cuts."""
+    torch.manual_seed(0)
+    weight = torch.randn(4, 8).to(be.device).requires_grad_()
+    vector = torch.randn(8).to(be.device)
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    out = []
+    for _ in range(3):
+        x = torch.randn(2, 4, 8).to(be.device)
+        be.step()
+        before = be.counts()
+        optimizer.zero_grad(set_to_none=True)
+        queries = weight.unsqueeze(0).repeat(2, 1, 1) + x.tile(1, 1, 1)
+        queries.flatten(0, 1).mv(vector).pow(2).mean().backward()
+        optimizer.step()
+        be.step()
+        out.append(delta(be.counts(), before))
+    return out
+
+
 def vit_block(be):
     """A ViT encoder layer of mmseg (attention, MLP, layer norms): train steps."""
     from mmseg.models.backbones.vit import TransformerEncoderLayer
@@ -488,6 +510,7 @@ PROGRAMS = {
         dropout_synced_without_a_marker,
         dropout_reseeded,
         empty_index,
+        composite_ops,
         vit_block,
         tiny_train,
         val_host,

@@ -97,6 +97,17 @@ def test_an_adaptive_pool_of_sides_that_do_not_divide_falls_back(t20, xla_cpu):
         assert run["adaptive"] == [[1, 1, 0, {}], [0, 0, 0, {"aten::_adaptive_avg_pool2d": 1}]]
 
 
+def test_ops_torch_xla_lowers_whole_are_whole_where_torch_has_a_composite(t20, xla_cpu):
+    """torch_xla's own kernel for repeat and mv wins over torch's composite, whose unfold
+    and addmv_ it does not lower: one graph, no fallback. roll: lowered by 2.9 only (on
+    1.10 it runs on the host, its input being device data: no graph)."""
+    for run in (t20, xla_cpu):
+        for op in ("repeat", "tile", "mv"):
+            assert run["whole"][op] == [1, 1, 0, {}], op
+    assert t20["whole"]["roll"] == [0, 0, 0, {"aten::roll": 1}]
+    assert xla_cpu["whole"]["roll"] == [1, 1, 0, {}]
+
+
 def test_other_threads_count_too(t20):
     assert t20["thread"][0] == 1
 

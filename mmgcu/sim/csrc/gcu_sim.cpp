@@ -215,6 +215,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overr
 
 MMGCU_SIM_KERNELS(PrivateUse1, PrivateUse1)
 MMGCU_SIM_KERNELS(XLA, XLA)
+TORCH_LIBRARY_IMPL(aten, XLA, m) { register_whole_ops(m); }
 
 // Autocast: like torch_gcu (and torch_xla), register PyTorch's own cast policies for the
 // card's autocast key, and let every other op fall through.

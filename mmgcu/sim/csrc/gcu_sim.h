@@ -723,6 +723,20 @@ static void card_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stac
   graph::after_op(run, op, given, *stack);
 }
 
+// ---------------------------------------------------------------------------- whole ops
+// Ops torch_xla lowers whole (1.10 and 2.9 alike) that torch also gives a composite kernel,
+// whose composite reaches the card as ops torch_xla does not lower: repeat (and tile, which
+// calls it) as unfold, mv as addmv_. torch_xla registers a kernel of its own for each op it
+// lowers (xla_native_functions.yaml), which the dispatcher takes before a composite one, so an
+// XLA card sees these whole: on torch_xla 2.9 neither falls back (tests/conformance,
+// composite_ops). cummax stays composite: 2.9 lowers it, but the T20's 1.10 does not, and its
+// composite's _cummax_helper falls back there as it does here.
+inline void register_whole_ops(torch::Library& m) {
+  for (const char* name : {"repeat", "mv"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&card_fallback>());
+  }
+}
+
 // ---------------------------------------------------------------------------- backward
 // Runs `fn` when the running backward pass ends, like Variable._execution_engine.queue_callback,
 // for the simulated torch_gcu 1.x DDP's gradient reduction. Backward on a card runs on the

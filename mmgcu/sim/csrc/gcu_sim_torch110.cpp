@@ -274,6 +274,8 @@ TORCH_LIBRARY_IMPL(aten, XLA, m) {
   m.impl("_amp_update_scale_", amp_update_scale_);
 }
 
+TORCH_LIBRARY_IMPL(aten, XLA, m) { register_whole_ops(m); }
+
 TORCH_LIBRARY_IMPL(_, XLA, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&card_fallback>());
 }

@@ -143,6 +143,16 @@ def adaptive(size):
 
 out["adaptive"] = [adaptive(4), adaptive(3)]  # 8 % 3: no XLA lowering for that shape
 
+# ops torch_xla lowers whole although torch has composite kernels for them, and roll, which
+# torch_xla 1.10 (the T20 profile) does not lower, with 2.9 (xla-cpu) does
+y = torch.randn(2, 3, 4).to(card)
+out["whole"] = {
+    "repeat": counted(lambda: y.repeat(2, 1, 1).cpu()),
+    "tile": counted(lambda: y.tile(2).cpu()),
+    "mv": counted(lambda: y[0].t().mv(y[0, :, 0]).cpu()),
+    "roll": counted(lambda: y.roll(1, 2).cpu()),
+}
+
 # from another thread too (the runs of all threads are the process's)
 thread = threading.Thread(target=lambda: (x * 9).cpu())
 out["thread"] = counted(lambda: (thread.start(), thread.join()))
