@@ -9,7 +9,8 @@ nothing here, while new per-iteration work in any file does:
 - from iteration 2 on, training iterations call only the optimizer wrapper's step path
   (``mmgcu/optim/wrappers.py``), the accelerator's step and the end of its iteration
   (``device/base.py`` on 2.x, ``device/gcu1.py`` on 1.x, where the iteration's graph runs
-  then and the next step's seed is drawn, ``device/base.py``'s ``step_seed``; ``binding.py``, how the hook that ends it finds the card) and the queue of step
+  then and the next step's seed is drawn, ``device/base.py``'s ``step_seed``;
+  ``binding.py``, how the hook that ends it finds the card) and the queue of step
   scalars (``message_hub.py``, the history read it makes through ``compat/mmengine.py``,
   ``hooks/runtime_info.py``; on 1.x the stack of the iteration's scalars the graph
   outputs), and on 1.x what keeps mmseg's step one graph (``model/whole_graph.py``, the
