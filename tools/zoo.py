@@ -398,8 +398,8 @@ def table(args) -> int:
         "(`rehearse(seed_each_step=True)`), so that dropout draws the same numbers on both legs.",
         "Where a float32 row differs, `tools/plain_cpu.py` trains that leg's rehearsal config",
         f"{ITERS} iterations on the plain CPU (one process, no simulator, no mmgcu) with",
-        "each leg's torch: 'no, nor the plain CPU' gives those losses, which differ as much,",
-        "so the two torch builds differ without mmgcu.",
+        "each leg's torch: 'no, nor the plain CPU' gives those losses, where the two torch",
+        "builds differ too, without mmgcu.",
         "",
         "Runs: "
         + "; ".join(f"{leg['leg']} {leg.get('run', 'not recorded')}" for leg in legs)
