@@ -157,6 +157,7 @@ def importable(package: str) -> bool:
 
 def rehearse_family(family, config, needs, leg, work_root) -> dict:
     from mmgcu.rehearsal import rehearse
+    from mmgcu.rehearsal.run import rehearsal_config
 
     row = dict(family=family, config=config, needs=needs)
     if needs and not importable(needs):
@@ -196,6 +197,7 @@ def rehearse_family(family, config, needs, leg, work_root) -> dict:
         amp=summary.get("amp"),
         card_ops=summary.get("card_ops", []),
         graph=graph_row(summary.get("graph")),
+        rehearsal_config=rehearsal_config(report["work_dir"], report["config"]),
     )
 
 
@@ -274,22 +276,27 @@ def run(args) -> int:
 PLAIN = osp.join(REPO, "tools", "plain_cpu.py")
 
 
+def uses_amp(rows) -> bool:
+    """Whether a family's config trains with AMP, which each generation's autocast applies
+    to its own list of ops."""
+    return any(r.get("amp") or "amp" in r["config"] for r in rows)
+
+
 def differ(row, peer) -> bool:
     """Whether two legs' float32 rows of a family both passed and their losses differ."""
     ran = [r for r in (row, peer) if r and r["result"] == "passed" and r.get("losses")]
-    amp = any(r.get("amp") or "amp" in r["config"] for r in ran)
-    return len(ran) == 2 and not amp and not agree(row["losses"], peer["losses"])
+    return len(ran) == 2 and not uses_amp(ran) and not agree(row["losses"], peer["losses"])
 
 
-def plain_losses(work_root: str, family: str) -> dict:
-    """The family's rehearsal config trained on the plain CPU by this python
-    (tools/plain_cpu.py): ``{'losses': [...]}`` or ``{'error': ...}``."""
+def plain_losses(row) -> dict:
+    """The row's rehearsal config trained on the plain CPU by this python
+    (tools/plain_cpu.py), in its work dir: ``{'losses': [...]}`` or ``{'error': ...}``."""
     import subprocess
 
-    folder = osp.join(work_root, family)
-    config = osp.join(folder, "rehearsal", f"{family}_rehearsal.py")
+    config = row["rehearsal_config"]
+    work_dir = osp.join(osp.dirname(osp.dirname(config)), "plain")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MMGCU_")}
-    cmd = [sys.executable, PLAIN, config, osp.join(folder, "plain"), str(ITERS)]
+    cmd = [sys.executable, PLAIN, config, work_dir, str(ITERS)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     last = (done.stdout.strip().splitlines() or [""])[-1]
     if done.returncode == 0 and last.startswith("{"):
@@ -303,13 +310,12 @@ def plain(args) -> int:
         results = json.load(f)
     with open(args.other) as f:
         others = {r["family"]: r for r in json.load(f)["rows"]}
-    work_root = osp.join(osp.dirname(osp.abspath(args.out)), f"work-{results['leg']}")
     import torch
 
     for row in results["rows"]:
         row.pop("plain", None)
         if differ(row, others.get(row["family"])):
-            row["plain"] = dict(plain_losses(work_root, row["family"]), torch=torch.__version__)
+            row["plain"] = dict(plain_losses(row), torch=torch.__version__)
             print(f"zoo {results['leg']}: {row['family']:<14} plain CPU {row['plain']}", flush=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
@@ -322,14 +328,11 @@ def agreement(rows) -> str:
     ran = [r for r in rows if r and r["result"] == "passed"]
     if len(ran) < 2:
         return "-"
-    if agree(ran[0]["losses"], ran[1]["losses"]):
+    losses = [r["losses"] for r in ran[:2]]
+    if agree(*losses):
         return "yes"
-    if any(r.get("amp") or "amp" in r["config"] for r in ran):  # each autocast its own ops
-        return (
-            "within 1e-2 (AMP)"
-            if agree(*[r["losses"] for r in ran[:2]], rel=1e-2)
-            else "**no** (AMP)"
-        )
+    if uses_amp(ran):
+        return "within 1e-2 (AMP)" if agree(*losses, rel=1e-2) else "**no** (AMP)"
     cpu = [(r.get("plain") or {}).get("losses") for r in ran[:2]]
     if None in cpu:
         return "**no**"

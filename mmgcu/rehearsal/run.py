@@ -111,6 +111,14 @@ def _resume_config(cfg, data_root: str, iters: int, scale: str, config: str):
     return path, note
 
 
+def rehearsal_config(work_dir: str, config: str) -> str:
+    """The config a rehearsal of ``config`` in ``work_dir`` trains with (its synthetic data
+    beside it): under rehearsal/, as the runner dumps the config it ran into the work dir by
+    its name."""
+    stem = osp.splitext(osp.basename(config))[0]
+    return osp.join(work_dir, OUT_DIR, f"{stem}_rehearsal.py")
+
+
 def _prepare(report: Report, cfg, echo: Callable[[str], None]) -> Tuple[str, str, dict]:
     """The rehearsal's config and the resume job's, written under the work dir with the
     synthetic data they read, and what the rehearsal changed (:func:`~.plan.derive`)."""
@@ -125,9 +133,7 @@ def _prepare(report: Report, cfg, echo: Callable[[str], None]) -> Tuple[str, str
     )
     for note in report.notes:
         echo(f"note: {note}")
-    # Under rehearsal/: the runner dumps the config it ran into the work dir by its name.
-    stem = osp.splitext(osp.basename(report.config))[0]
-    config = osp.join(report.work_dir, OUT_DIR, f"{stem}_rehearsal.py")
+    config = rehearsal_config(report.work_dir, report.config)
     os.makedirs(osp.dirname(config), exist_ok=True)
     Config(derived).dump(config)
     resume, note = _resume_config(cfg, data_root, report.iters, report.scale, config)

@@ -284,6 +284,7 @@ def test_seed_each_step_gives_an_s60_the_random_numbers_of_a_t20(tmp_path):
     S60 left alone trains what the plain CPU trains (tools/plain_cpu.py: one process, no
     simulator, no mmgcu)."""
     from mmgcu.rehearsal import rehearse as run
+    from mmgcu.rehearsal.run import rehearsal_config
 
     losses = {}
     for hardware, seeded in (("t20", False), ("s60", False), ("s60", True)):
@@ -301,7 +302,7 @@ def test_seed_each_step_gives_an_s60_the_random_numbers_of_a_t20(tmp_path):
     t20 = losses["t20", False]
     assert losses["s60", False][0] == t20[0] and losses["s60", False][1] != t20[1]
     assert losses["s60", True] == t20
-    config = tmp_path / "s60-False" / "rehearsal" / f"{osp.basename(TINY)[:-3]}_rehearsal.py"
+    config = rehearsal_config(str(tmp_path / "s60-False"), TINY)
     plain = subprocess.run(
         [
             sys.executable,
