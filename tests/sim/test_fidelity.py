@@ -131,3 +131,19 @@ def test_out_arguments_are_written_in_card_memory(api):
     assert out["into_view"] == [True, [[0.0] * 6, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]]
     assert out["grown"] == [[6], card, [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]]
     assert out["restrided"] == [[6], [1], [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]]
+
+
+@pytest.mark.parametrize("api", SIM_APIS)
+def test_random_ops_draw_in_logical_order_on_a_transposed_card_tensor(api):
+    # An XLA tensor has no strides (torch_xla 1.10 tensor_impl.cpp), so a T20 fills a
+    # transposed tensor's random numbers in its logical order; torch 2.x's CPU kernels fill
+    # memory order, and dropout on MaskFormer's transposed attention output drew another mask.
+    out = sim_json("random_order", api=api, cards=2)
+    assert out["same"] == {
+        "dropout": True,
+        "bernoulli_": True,
+        "uniform_": True,
+        "normal_": True,
+        "rand_like": True,
+    }
+    assert out["in_place_reached"] is True

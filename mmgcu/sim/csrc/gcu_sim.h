@@ -544,15 +544,14 @@ static c10::optional<at::ScalarType> dtype_of_same_shape(const at::Tensor& t,
   return c10::nullopt;
 }
 
-// An op on half arguments (a matrix product, or an op the CPU has no half kernel for) run on
-// float32 copies of its arguments (`given`, as the caller passed them). In-place and out=
-// results are rounded into the card tensors they name; other
-// floating results are rounded to `half` on the card, or, where the arguments mix a half type
-// with float32 (`half` empty: batch norm's float32 weights and statistics), to the dtype of
-// the first argument of the same shape (the output like the input, the statistics float32).
-static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                           const std::vector<c10::IValue>& given, c10::Device card,
-                           c10::optional<at::ScalarType> half) {
+// An op run on host copies of its arguments (`given`, as the caller passed them; `copy` makes
+// each from a host tensor). In-place and out= results are written into the card tensors they
+// name; other results go onto the card, floating ones rounded to `rounded(result)` if set.
+static void run_on_copies(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          const std::vector<c10::IValue>& given, c10::Device card,
+                          const std::function<at::Tensor(const at::Tensor&)>& copy,
+                          const std::function<c10::optional<at::ScalarType>(const at::Tensor&)>&
+                              rounded) {
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
   // The copies outlive the call: an out= kernel returns references to its arguments, which
@@ -567,10 +566,10 @@ static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* sta
     } else {
       // Written arguments always get a copy: the kernel may resize them (out=), and a
       // host alias cannot be resized; the results are copied back below.
-      stack->push_back(map_tensors(g, [written](const at::Tensor& t) {
+      stack->push_back(map_tensors(g, [&copy, written](const at::Tensor& t) {
         const auto host = is_card(t) ? host_alias(t) : t;
-        auto copy = as_float32(host);
-        return written && copy.is_same(host) ? host.clone() : copy;
+        auto made = copy(host);
+        return written && made.is_same(host) ? host.clone() : made;
       }));
     }
     copies.push_back(stack->back());
@@ -592,11 +591,43 @@ static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* sta
       write_back(given[*target].toTensor(), v.toTensor(), card);
       v = given[*target];
     } else {
-      v = map_tensors(v, [&](const at::Tensor& t) {
-        return onto_card(t, card, half ? half : dtype_of_same_shape(t, given));
-      });
+      v = map_tensors(v, [&](const at::Tensor& t) { return onto_card(t, card, rounded(t)); });
     }
   }
+}
+
+// An op on half arguments (a matrix product, or an op the CPU has no half kernel for) run on
+// float32 copies of its arguments. In-place and out= results are rounded into the card
+// tensors they name; other floating results are rounded to `half` on the card, or, where the
+// arguments mix a half type with float32 (`half` empty: batch norm's float32 weights and
+// statistics), to the dtype of the first argument of the same shape (the output like the
+// input, the statistics float32).
+static void run_in_float32(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                           const std::vector<c10::IValue>& given, c10::Device card,
+                           c10::optional<at::ScalarType> half) {
+  run_on_copies(op, stack, given, card, as_float32, [&](const at::Tensor& t) {
+    return half ? half : dtype_of_same_shape(t, given);
+  });
+}
+
+// A random op on a card tensor that has strides of its own (a transposed view): a card draws
+// its numbers in the tensor's logical order. An XLA tensor has no strides (torch_xla 1.10,
+// tensor_impl.cpp:118-142: every XLATensorImpl is contiguous, a view a node of the graph), so
+// the T20's random ops fill the logical shape; torch 1.10's CPU kernels do the same, torch
+// 2.x's fill a strided tensor in memory order (dropout on a transposed tensor draws another
+// mask). The S60's generator is not public: ASSUMED the same order, so both generations' cards
+// draw the same numbers from the same seed. Such an op runs on contiguous host copies.
+static bool draws_on_strided_card_tensor(const c10::FunctionSchema& schema,
+                                         const std::vector<c10::IValue>& given) {
+  bool strided = false;
+  for (const auto& g : given) {
+    if (g.isTensor() && is_card(g.toTensor()) && !g.toTensor().is_contiguous()) strided = true;
+  }
+  return strided && graph::draws_random(graph::base_name(schema.name()), schema);
+}
+
+static at::Tensor contiguous_copy(const at::Tensor& t) {
+  return t.defined() ? t.contiguous() : t;
 }
 
 // torch_gcu 1.x's torch.distributed has only gloo, which refuses a card tensor: torch 1.10
@@ -621,6 +652,12 @@ static void run_on_card(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
+  if (draws_on_strided_card_tensor(schema, given)) {
+    stack->erase(stack->begin() + first, stack->end());
+    run_on_copies(op, stack, given, *card, contiguous_copy,
+                  [](const at::Tensor&) { return c10::nullopt; });
+    return;
+  }
   const auto half = computed_in_float32(schema) ? half_arguments(given) : c10::nullopt;
   if (half) {  // a matrix product on a half type: in float32, rounded to it
     stack->erase(stack->begin() + first, stack->end());
