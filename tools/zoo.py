@@ -253,14 +253,17 @@ def run(args) -> int:
     results["repo"] = REPO  # table() writes the checkout's paths relative to it
     if args.only and osp.isfile(out):  # rerun some families: keep the others' rows
         with open(out) as f:
-            kept = json.load(f)["rows"]
-        results["rows"] = [r for r in kept if r["family"] not in args.only.split(",")]
+            kept = json.load(f)
+        for row in kept["rows"]:
+            row.setdefault("run", kept.get("run"))  # the run each kept row comes from
+        results["rows"] = [r for r in kept["rows"] if r["family"] not in args.only.split(",")]
     for family, config, needs in todo:
         try:
             row = rehearse_family(family, config, needs, args.leg, work_root)
         except Exception as e:  # one family's trouble does not end the hour-long run
             row = dict(family=family, config=config, needs=needs, result="failed")
             row.update(phase="rehearse", reason=f"{type(e).__name__}: {e}", losses=[])
+        row["run"] = results["run"]
         results["rows"].append(row)
         results["rows"].sort(key=lambda r: order.index(r["family"]))
         print(
@@ -374,6 +377,19 @@ def agree(a, b, rel: float = 1e-4) -> bool:
     )
 
 
+def runs_of(leg: dict) -> str:
+    """The runs a leg's rows come from: the run of most rows, then each other run with the
+    families it re-ran."""
+    by_run = {}
+    for row in leg["rows"]:
+        by_run.setdefault(row.get("run") or leg.get("run", "not recorded"), []).append(
+            row["family"]
+        )
+    (most, _), *others = sorted(by_run.items(), key=lambda item: -len(item[1]))
+    reruns = [f"{', '.join(families)} re-run {stamp}" for stamp, families in others]
+    return " ".join([leg["leg"], most] + ([f"({'; '.join(reruns)})"] if reruns else []))
+
+
 def table(args) -> int:
     legs = []
     for path in args.results:
@@ -406,9 +422,7 @@ def table(args) -> int:
         "each leg's torch: 'no, nor the plain CPU' gives those losses, where the two torch",
         "builds differ too, without mmgcu.",
         "",
-        "Runs: "
-        + "; ".join(f"{leg['leg']} {leg.get('run', 'not recorded')}" for leg in legs)
-        + ".",
+        "Runs: " + "; ".join(runs_of(leg) for leg in legs) + ".",
         "",
         "| family | config | "
         + " | ".join(leg["label"] for leg in legs)

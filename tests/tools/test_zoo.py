@@ -172,3 +172,20 @@ def test_short_paths():
     assert (
         zoo.short_paths("/usr/lib/python3/dist-packages/torch/x.py") == "dist-packages/torch/x.py"
     )
+
+
+def test_the_runs_line_names_the_run_of_each_re_run_family():
+    leg = dict(
+        leg="t20",
+        run="2026-11-29 04:30 UTC, commit b",
+        rows=[
+            dict(family="ann", run="2026-11-29 03:01 UTC, commit a"),
+            dict(family="apcnet", run="2026-11-29 03:01 UTC, commit a"),
+            dict(family="dpt", run="2026-11-29 04:30 UTC, commit b"),
+        ],
+    )
+    assert zoo.runs_of(leg) == (
+        "t20 2026-11-29 03:01 UTC, commit a (dpt re-run 2026-11-29 04:30 UTC, commit b)"
+    )
+    # Rows of a file written before rows kept their run take the file's.
+    assert zoo.runs_of(dict(leg="main", run="R", rows=[dict(family="ann")])) == "main R"
