@@ -137,7 +137,7 @@ def test_out_arguments_are_written_in_card_memory(api):
 def test_random_ops_draw_in_logical_order_on_a_transposed_card_tensor(api):
     # An XLA tensor has no strides (torch_xla 1.10 tensor_impl.cpp), so a T20 fills a
     # transposed tensor's random numbers in its logical order; torch 2.x's CPU kernels fill
-    # memory order, and dropout on MaskFormer's transposed attention output drew another mask.
+    # memory order, so dropout on MaskFormer's transposed attention output draws another mask.
     out = sim_json("random_order", api=api, cards=2)
     assert out["same"] == {
         "dropout": True,
@@ -151,6 +151,6 @@ def test_random_ops_draw_in_logical_order_on_a_transposed_card_tensor(api):
 
 @pytest.mark.parametrize("api", SIM_APIS)
 def test_gelu_backward_of_a_transposed_gradient_is_right_on_a_card(api):
-    # torch 1.10's CPU kernel miscomputes it (DPT's loss was NaN after a step on the T20
+    # torch 1.10's CPU kernel miscomputes it (DPT's loss turns NaN after a step on the T20
     # stack); a T20 has no strides, and torch_xla 1.10 lowers gelu_backward.
     assert sim_json("strided_kernels", api=api, cards=2)["max_diff"] < 1e-6
